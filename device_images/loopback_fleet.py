@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""A fleet of real OpenSSH servers on 127.0.0.2, 127.0.0.3, ... for tests and demos.
+
+Each device has its own host key, Unix user, home, authorized_keys and sshd (Debian's
+/usr/sbin/sshd, started without systemd in ~20 ms), so the SDK talks to it exactly as to a Pi
+over the network. Needs root (it creates users) and /usr/sbin/sshd.
+
+    python device_images/loopback_fleet.py start --n 3 --dir /tmp/fleet [--trust]
+    EDGE_SDK_HOME=/tmp/fleet edge-sdk fleet status --fleet /tmp/fleet/fleet.yaml   # with --trust
+    python device_images/loopback_fleet.py stop --dir /tmp/fleet
+
+Layout of DIR: fleet.yaml, client_ed25519 (the key every device authorizes), loopback.json (state),
+known_hosts (only with --trust), and one folder per device with sshd_config, sshd.log, its host key
+and home/ (the user's home: ~/.edge-sdk lands there). Ports are picked free on each address, so
+several fleets (several engineers) can run side by side; users are named per fleet
+(ep<fleet id>d<n>) and deleted by stop, so no two fleets share a home.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"
+STATE = "loopback.json"
+
+_CONFIG = """\
+# written by device_images/loopback_fleet.py
+ListenAddress {ip}:{port}
+HostKey {dir}/ssh_host_ed25519_key
+PidFile {dir}/sshd.pid
+AuthorizedKeysFile .ssh/authorized_keys
+StrictModes no
+UsePAM no
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin no
+AllowUsers {user}
+Subsystem sftp internal-sftp
+UseDNS no
+PrintMotd no
+PrintLastLog no
+MaxStartups 64:30:128
+MaxSessions 32
+LogLevel VERBOSE
+"""
+
+
+class LoopbackError(RuntimeError):
+    pass
+
+
+@dataclass
+class LoopDevice:
+    name: str
+    ip: str
+    port: int
+    user: str
+    dir: str
+    pid: int | None = None
+
+    @property
+    def home(self) -> Path:
+        return Path(self.dir) / "home"
+
+    @property
+    def config(self) -> Path:
+        return Path(self.dir) / "sshd_config"
+
+    @property
+    def log(self) -> Path:
+        return Path(self.dir) / "sshd.log"
+
+    @property
+    def host_key_file(self) -> Path:
+        return Path(self.dir) / "ssh_host_ed25519_key"
+
+    def public_host_key(self) -> str:
+        """'ssh-ed25519 AAAA...' as a fleet file's host_key or a known_hosts line takes it."""
+        return " ".join(self.host_key_file.with_suffix(".pub").read_text().split()[:2])
+
+
+class LoopbackFleet:
+    """Start with LoopbackFleet.start(n, root); reattach with LoopbackFleet.load(root)."""
+
+    def __init__(self, root: Path, fleet_id: str, devices: list[LoopDevice]):
+        self.root, self.fleet_id, self.devices = Path(root), fleet_id, devices
+        self._procs: dict[str, subprocess.Popen] = {}
+
+    @property
+    def fleet_yaml(self) -> Path:
+        return self.root / "fleet.yaml"
+
+    @property
+    def client_key(self) -> Path:
+        return self.root / "client_ed25519"
+
+    def __getitem__(self, name: str) -> LoopDevice:
+        for d in self.devices:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    # -- life cycle ------------------------------------------------------------------------
+    @classmethod
+    def start(cls, n: int, root: str | os.PathLike, *, first_ip: int = 2, trust: bool = False) -> LoopbackFleet:
+        if os.geteuid() != 0:
+            raise LoopbackError("the loopback fleet creates Unix users: run it as root")
+        if not os.access(SSHD, os.X_OK):
+            raise LoopbackError(f"{SSHD} not found: apt-get install openssh-server")
+        if not 1 <= n <= 250 - first_ip:
+            raise LoopbackError(f"--n must be from 1 to {250 - first_ip}")
+        root = Path(root).resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        if (root / STATE).exists():
+            raise LoopbackError(f"{root} already holds a fleet: stop it first (stop --dir {root})")
+        os.chmod(root, 0o711)
+        _check_traversable(root)
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
+        fleet = cls(root, secrets.token_hex(3), [])
+        try:
+            _keygen(fleet.client_key, "edge-sdk loopback client")
+            for i in range(n):
+                ip = f"127.0.0.{first_ip + i}"
+                name = f"loop{i + 1}"
+                dev = LoopDevice(name, ip, _free_port(ip), f"ep{fleet.fleet_id}d{i + 1}", os.fspath(root / name))
+                fleet.devices.append(dev)
+                fleet._provision(dev)
+            fleet._save()
+            for dev in fleet.devices:
+                fleet._spawn(dev)
+            for dev in fleet.devices:
+                fleet._wait_ready(dev)
+            fleet._save()
+            fleet._write_fleet_yaml()
+            if trust:
+                fleet.write_known_hosts(root / "known_hosts")
+        except BaseException:
+            fleet.stop()
+            raise
+        return fleet
+
+    @classmethod
+    def load(cls, root: str | os.PathLike) -> LoopbackFleet:
+        root = Path(root).resolve()
+        try:
+            state = json.loads((root / STATE).read_text())
+        except FileNotFoundError:
+            raise LoopbackError(f"no loopback fleet in {root} ({STATE} missing)") from None
+        return cls(root, state["fleet_id"], [LoopDevice(**d) for d in state["devices"]])
+
+    def stop(self) -> None:
+        """Stop every server (and its open sessions), delete the users and what start() wrote."""
+        for dev in self.devices:
+            self.stop_device(dev.name)
+        for dev in self.devices:
+            _run(["userdel", dev.user], check=False, retry_lock=True)
+            shutil.rmtree(dev.dir, ignore_errors=True)
+        for name in (STATE, "fleet.yaml", "known_hosts", "client_ed25519", "client_ed25519.pub"):
+            (self.root / name).unlink(missing_ok=True)
+        try:
+            self.root.rmdir()  # only if nothing else was put there
+        except OSError:
+            pass
+
+    def stop_device(self, name: str) -> None:
+        """Take one device down: its sshd and every session it serves end (a dead Pi)."""
+        dev = self[name]
+        proc = self._procs.pop(name, None)
+        if dev.pid and _is_our_sshd(dev.pid, dev.config):
+            try:
+                os.killpg(dev.pid, signal.SIGTERM)  # the listener and its per-connection children
+            except ProcessLookupError:
+                pass
+            _wait_gone(dev.pid, proc)
+        dev.pid = None
+        if (self.root / STATE).exists():
+            self._save()
+
+    def start_device(self, name: str, *, new_host_key: bool = False) -> None:
+        """Bring a stopped device back on the same address and port (optionally reinstalled:
+        a new host key, which a client that trusted the old one must refuse)."""
+        dev = self[name]
+        if dev.pid:
+            raise LoopbackError(f"{name} is running")
+        if new_host_key:
+            for f in (dev.host_key_file, dev.host_key_file.with_suffix(".pub")):
+                f.unlink(missing_ok=True)
+            _keygen(dev.host_key_file, f"{name} host key")
+        self._spawn(dev)
+        self._wait_ready(dev)
+        self._save()
+
+    def write_known_hosts(self, path: str | os.PathLike) -> Path:
+        """Record every device's key, as `edge-sdk fleet trust` would (for demos)."""
+        path = Path(path)
+        lines = [f"[{d.ip}]:{d.port} {d.public_host_key()}\n" for d in self.devices]
+        _write_atomic(path, "".join(lines), 0o600)
+        return path
+
+    # -- steps ---------------------------------------------------------------------------------
+    def _provision(self, dev: LoopDevice) -> None:
+        Path(dev.dir).mkdir(mode=0o711)
+        os.chmod(dev.dir, 0o711)
+        _keygen(dev.host_key_file, f"{dev.name} host key")
+        _run(["useradd", "-M", "-d", os.fspath(dev.home), "-s", "/bin/sh", "-p", "*", dev.user], retry_lock=True)
+        ssh_dir = dev.home / ".ssh"
+        ssh_dir.mkdir(parents=True, mode=0o700)
+        shutil.copyfile(self.client_key.with_suffix(".pub"), ssh_dir / "authorized_keys")
+        os.chmod(dev.home, 0o755)
+        for p in (dev.home, ssh_dir, ssh_dir / "authorized_keys"):
+            shutil.chown(p, dev.user, dev.user)
+        dev.config.write_text(_CONFIG.format(ip=dev.ip, port=dev.port, dir=dev.dir, user=dev.user))
+
+    def _spawn(self, dev: LoopDevice) -> None:
+        dev.log.touch()
+        proc = subprocess.Popen([SSHD, "-D", "-f", os.fspath(dev.config), "-E", os.fspath(dev.log)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        self._procs[dev.name] = proc
+        dev.pid = proc.pid
+
+    def _wait_ready(self, dev: LoopDevice, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        proc = self._procs.get(dev.name)
+        while True:
+            if proc is not None and proc.poll() is not None:
+                raise LoopbackError(f"sshd for {dev.name} ({dev.ip}:{dev.port}) exited with {proc.returncode}:\n"
+                                    + dev.log.read_text()[-2000:])
+            try:
+                with socket.create_connection((dev.ip, dev.port), timeout=0.5):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise LoopbackError(f"sshd for {dev.name} is not accepting on {dev.ip}:{dev.port} after "
+                                        f"{timeout:g} s; log {dev.log}") from None
+                time.sleep(0.005)
+
+    def _save(self) -> None:
+        state = {"fleet_id": self.fleet_id, "devices": [asdict(d) for d in self.devices]}
+        _write_atomic(self.root / STATE, json.dumps(state, indent=1), 0o644)
+
+    def _write_fleet_yaml(self) -> None:
+        lines = ["# written by device_images/loopback_fleet.py: real sshd servers on loopback addresses",
+                 f"defaults: {{key: {self.client_key}, target: host}}", "devices:"]
+        lines += [f"  {d.name}: {{host: {d.user}@{d.ip}:{d.port}, tags: [loopback]}}" for d in self.devices]
+        lines += ["groups:", "  loopback: {match: {tags: [loopback]}}", ""]
+        _write_atomic(self.fleet_yaml, "\n".join(lines), 0o644)
+
+
+# -- helpers --------------------------------------------------------------------------------------
+def _run(argv: list[str], *, check: bool = True, retry_lock: bool = False) -> subprocess.CompletedProcess:
+    for attempt in range(50):
+        p = subprocess.run(argv, capture_output=True, text=True)
+        # useradd/userdel fail while another process holds /etc/passwd's lock: wait and retry
+        if not (retry_lock and p.returncode != 0 and "lock" in p.stderr.lower()):
+            break
+        time.sleep(0.05 + 0.01 * attempt)
+    if check and p.returncode != 0:
+        raise LoopbackError(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.strip()}")
+    return p
+
+
+def _keygen(path: Path, comment: str) -> None:
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", os.fspath(path)])
+
+
+def _free_port(ip: str) -> int:
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+
+
+def _check_traversable(root: Path) -> None:
+    """The device users must reach their homes under root: every ancestor needs o+x."""
+    for p in [root, *root.parents]:
+        if not os.stat(p).st_mode & 0o001:
+            raise LoopbackError(f"{p} is not searchable by other users (mode {oct(os.stat(p).st_mode & 0o777)}), "
+                                f"so the device users cannot reach their homes; pick a --dir elsewhere (e.g. under /tmp)")
+
+
+def _is_our_sshd(pid: int, config: Path) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return os.fsencode(config) in cmdline
+
+
+def _wait_gone(pid: int, proc: subprocess.Popen | None, timeout: float = 5.0) -> None:
+    if proc is not None:
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(pid, signal.SIGKILL)
+            proc.wait()
+        return
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists():
+        if time.monotonic() > deadline:
+            os.killpg(pid, signal.SIGKILL)
+            deadline += timeout
+        time.sleep(0.01)
+
+
+def _write_atomic(path: Path, text: str, mode: int) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("start", help="start N sshd devices and write DIR/fleet.yaml")
+    s.add_argument("--n", type=int, default=3)
+    s.add_argument("--dir", required=True)
+    s.add_argument("--first-ip", type=int, default=2, help="last octet of the first address (127.0.0.X)")
+    s.add_argument("--trust", action="store_true", help="also write DIR/known_hosts (use EDGE_SDK_HOME=DIR)")
+    t = sub.add_parser("stop", help="stop the fleet in DIR, delete its users and DIR")
+    t.add_argument("--dir", required=True)
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "start":
+            fleet = LoopbackFleet.start(args.n, args.dir, first_ip=args.first_ip, trust=args.trust)
+            for d in fleet.devices:
+                print(f"{d.name}: {d.user}@{d.ip}:{d.port} pid {d.pid}")
+            print(f"fleet file: {fleet.fleet_yaml}")
+        else:
+            LoopbackFleet.load(args.dir).stop()
+    except LoopbackError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,354 @@
+"""SSH to one device, shaped like fabric's Connection, and fleet fan-out that never stops early.
+
+    with Connection(device) as c:          # connects on first use
+        c.run(["mkdir", "-p", ".edge-sdk/packages"])
+        c.put("m.edgepkg", ".edge-sdk/packages/<sha256>.edgepkg")
+
+Host keys are strict: a key is accepted only if it is in edge-sdk's own known_hosts file
+(${EDGE_SDK_HOME:-~/.config/edge-sdk}/known_hosts, written by `edge-sdk fleet trust`) or pinned in
+the fleet file (`host_key:`). An unknown or changed key is a DeviceError that shows the
+fingerprint; nothing is ever accepted silently. Every remote argument is shlex-quoted, so a name
+with shell metacharacters stays one literal argument; when a pipeline is needed, pass values as
+positional parameters: run(["sh", "-c", 'sha256sum "$1"', "sh", path]). Remote paths are POSIX and
+relative paths start at the login user's home, for commands and SFTP alike.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import posixpath
+import shlex
+import socket
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from edge_sdk.errors import DeviceError, EdgeError
+from edge_sdk.fleet.config import Device
+
+
+def edge_sdk_home() -> Path:
+    return Path(os.environ.get("EDGE_SDK_HOME") or Path.home() / ".config" / "edge-sdk")
+
+
+def default_known_hosts() -> Path:
+    return edge_sdk_home() / "known_hosts"
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's form, 'SHA256:<base64 without padding>', as `ssh-keygen -lf` prints it."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def known_hosts_name(device: Device) -> str:
+    """The host field of a known_hosts line, as OpenSSH writes it."""
+    return device.host if device.port == 22 else f"[{device.host}]:{device.port}"
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    stdout: str
+    stderr: str
+    exit_code: int
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class _Refuse(paramiko.MissingHostKeyPolicy):
+    """Called by paramiko only for a key it has no record of: accept a matching pinned
+    fingerprint, refuse everything else with the fingerprint in the message."""
+
+    def __init__(self, device: Device, known_hosts: Path):
+        self.device, self.known_hosts = device, known_hosts
+
+    def missing_host_key(self, client, hostname, key):
+        got = fingerprint(key)
+        pin = self.device.host_key
+        if pin and pin.startswith("SHA256:"):
+            if pin == got:
+                return
+            raise DeviceError(
+                f"device {self.device}: host key {key.get_name()} {got} does not match the key pinned "
+                f"in {self.device.where} ({pin})",
+                hint="if the device was reinstalled, update its host_key in the fleet file")
+        raise DeviceError(
+            f"device {self.device}: unknown host key {key.get_name()} {got}; refusing to connect",
+            hint=f"check the fingerprint on the device (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then run "
+                 f"`edge-sdk fleet trust --device {self.device.name}` to record it in {self.known_hosts}")
+
+
+class Connection:
+    """One SSH session to one device; connects lazily, closes on context exit."""
+
+    def __init__(self, device: Device, *, known_hosts: str | os.PathLike | None = None,
+                 connect_timeout: float = 10.0):
+        self.device = device
+        self.known_hosts = Path(known_hosts) if known_hosts is not None else default_known_hosts()
+        self.connect_timeout = connect_timeout
+        self.bytes_sent = 0  # file bytes moved by put(); deploy reports these
+        self.bytes_received = 0
+        self._client: paramiko.SSHClient | None = None
+        self._sftp: paramiko.SFTPClient | None = None
+
+    def __repr__(self) -> str:
+        return f"<Connection {self.device} {'open' if self.is_connected else 'closed'}>"
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def is_connected(self) -> bool:
+        return self._client is not None and self._client.get_transport() is not None \
+            and self._client.get_transport().is_active()
+
+    @property
+    def client(self) -> paramiko.SSHClient:
+        if not self.is_connected:
+            self.open()
+        return self._client
+
+    def open(self) -> None:
+        self.close()
+        d = self.device
+        client = paramiko.SSHClient()
+        if d.host_key and not d.host_key.startswith("SHA256:"):
+            key_type, blob = d.host_key.split(" ")[:2]
+            client.get_host_keys().add(known_hosts_name(d), key_type,
+                                       paramiko.PKey.from_type_string(key_type, base64.b64decode(blob)))
+        elif not d.host_key and self.known_hosts.exists():
+            try:
+                client.get_host_keys().load(os.fspath(self.known_hosts))
+            except (OSError, paramiko.SSHException) as e:
+                raise DeviceError(f"cannot read known_hosts {self.known_hosts}: {e}") from None
+        client.set_missing_host_key_policy(_Refuse(d, self.known_hosts))
+        if d.key is not None and not os.path.exists(d.key):
+            raise DeviceError(f"device {d}: key file {d.key} does not exist ({d.where})")
+        try:
+            client.connect(
+                d.host, port=d.port, username=d.user, key_filename=d.key, timeout=self.connect_timeout,
+                banner_timeout=self.connect_timeout, auth_timeout=self.connect_timeout,
+                allow_agent=d.key is None, look_for_keys=d.key is None)
+        except DeviceError:
+            client.close()
+            raise
+        except paramiko.BadHostKeyException as e:
+            client.close()
+            raise DeviceError(
+                f"device {d}: host key CHANGED: expected {fingerprint(e.expected_key)}, the device offered "
+                f"{e.key.get_name()} {fingerprint(e.key)}; refusing to connect (possible impersonation)",
+                hint=(f"if the device was reinstalled, update host_key in {d.where}" if d.host_key else
+                      f"if the device was reinstalled, remove its line from {self.known_hosts} and run "
+                      f"`edge-sdk fleet trust --device {d.name}`")) from None
+        except paramiko.AuthenticationException as e:
+            client.close()
+            raise DeviceError(f"device {d}: authentication failed for user '{d.user}' with "
+                              f"{d.key or 'the ssh agent / ~/.ssh keys'}: {e}") from None
+        except (socket.timeout, TimeoutError) as e:
+            client.close()
+            raise DeviceError(f"device {d}: unreachable: timed out after {self.connect_timeout:g} s ({e})") from None
+        except (OSError, paramiko.SSHException, EOFError) as e:
+            client.close()
+            raise DeviceError(f"device {d}: unreachable: {e or type(e).__name__}") from None
+        self._client = client
+
+    def close(self) -> None:
+        if self._sftp is not None:
+            self._sftp.close()
+            self._sftp = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # -- commands ----------------------------------------------------------------------------
+    def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = 60.0,
+            input: bytes | None = None) -> Result:
+        """Run argv on the device (each argument shell-quoted); stdout/stderr are decoded UTF-8."""
+        argv = tuple(os.fspath(a) for a in argv)
+        if not argv:
+            raise ValueError("run() needs at least a program name")
+        command = " ".join(shlex.quote(a) for a in argv)
+        try:
+            chan = self.client.get_transport().open_session(timeout=self.connect_timeout)
+            chan.exec_command(command)
+            if input is not None:
+                chan.sendall(input)
+            chan.shutdown_write()
+            out, err, code = _collect(chan, timeout)
+        except (OSError, paramiko.SSHException, EOFError) as e:
+            raise DeviceError(f"device {self.device}: `{_short(command)}` failed: the connection broke ({e})") from None
+        if code is None:
+            raise DeviceError(f"device {self.device}: `{_short(command)}` timed out after {timeout:g} s")
+        if code == -1:  # paramiko's value when no exit status came: a cut connection or a signal
+            raise DeviceError(f"device {self.device}: `{_short(command)}` ended without an exit status "
+                              f"(connection cut or command killed by a signal)")
+        result = Result(argv, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), code)
+        if check and code != 0:
+            tail = result.stderr.strip()[-800:] or result.stdout.strip()[-800:]
+            raise DeviceError(f"device {self.device}: `{_short(command)}` exited with {code}"
+                              + (f": {tail}" if tail else ""))
+        return result
+
+    # -- files -------------------------------------------------------------------------------
+    @property
+    def sftp(self) -> paramiko.SFTPClient:
+        if self._sftp is None:
+            try:
+                self._sftp = self.client.open_sftp()
+            except (OSError, paramiko.SSHException, EOFError) as e:
+                raise DeviceError(f"device {self.device}: cannot open SFTP: {e}") from None
+        return self._sftp
+
+    def put(self, local: str | os.PathLike, remote_path: str, *,
+            progress: Callable[[int, int], None] | None = None) -> int:
+        """Upload to a temporary name beside remote_path, then rename, so a cut transfer never
+        leaves a half-written file under the final name. Returns the bytes sent."""
+        parent, base = posixpath.split(remote_path)
+        tmp = posixpath.join(parent, f".{base}.part-{uuid.uuid4().hex[:8]}")
+        try:
+            attrs = self.sftp.put(os.fspath(local), tmp, callback=progress, confirm=True)
+            self.sftp.posix_rename(tmp, remote_path)
+        except FileNotFoundError as e:
+            self._remove_quietly(tmp)
+            raise DeviceError(f"device {self.device}: cannot upload {local} to {remote_path}: {e}") from None
+        except (OSError, paramiko.SSHException, EOFError) as e:
+            self._remove_quietly(tmp)
+            raise DeviceError(f"device {self.device}: upload of {local} to {remote_path} failed: {e}") from None
+        self.bytes_sent += attrs.st_size
+        return attrs.st_size
+
+    def get(self, remote_path: str, local: str | os.PathLike, *,
+            progress: Callable[[int, int], None] | None = None) -> int:
+        """Download to a temporary name beside `local`, then os.replace. Returns the bytes received."""
+        local = Path(local)
+        tmp = local.with_name(f".{local.name}.part-{uuid.uuid4().hex[:8]}")
+        try:
+            self.sftp.get(remote_path, os.fspath(tmp), callback=progress)
+            os.replace(tmp, local)
+        except (OSError, paramiko.SSHException, EOFError) as e:
+            tmp.unlink(missing_ok=True)
+            raise DeviceError(f"device {self.device}: download of {remote_path} failed: {e}") from None
+        size = local.stat().st_size
+        self.bytes_received += size
+        return size
+
+    def read_text(self, remote_path: str) -> str | None:
+        """A small remote file's text, or None if it does not exist or cannot be read."""
+        try:
+            with self.sftp.open(remote_path, "r") as f:
+                return f.read(1 << 20).decode("utf-8", "replace")
+        except OSError:
+            return None
+
+    def _remove_quietly(self, remote_path: str) -> None:
+        try:
+            self.sftp.remove(remote_path)
+        except (OSError, paramiko.SSHException, EOFError, DeviceError):
+            pass  # the connection itself is gone; the device-side cleanup is deploy's job
+
+
+def _collect(chan: paramiko.Channel, timeout: float | None) -> tuple[bytes, bytes, int | None]:
+    """Drain stdout and stderr together (reading one while the other fills would stall the
+    channel window), until the exit status arrives; exit code None on timeout."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    out, err, idle = [], [], 0.001
+    while True:
+        busy = False
+        while chan.recv_ready():
+            out.append(chan.recv(65536))
+            busy = True
+        while chan.recv_stderr_ready():
+            err.append(chan.recv_stderr(65536))
+            busy = True
+        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+            return b"".join(out), b"".join(err), chan.recv_exit_status()
+        if chan.closed and not busy:
+            raise EOFError("channel closed without an exit status")
+        if deadline is not None and time.monotonic() > deadline:
+            chan.close()
+            return b"".join(out), b"".join(err), None
+        if busy:
+            idle = 0.001
+        else:
+            time.sleep(idle)
+            idle = min(idle * 2, 0.02)
+
+
+def _short(command: str) -> str:
+    return command if len(command) <= 120 else command[:117] + "..."
+
+
+# -- fleet fan-out ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeviceResult:
+    device: Device
+    value: object = None
+    error: BaseException | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+class FleetResults(list):
+    """Per-device results in the order the devices were given."""
+
+    @property
+    def ok(self) -> list[DeviceResult]:
+        return [r for r in self if r.ok]
+
+    @property
+    def failed(self) -> list[DeviceResult]:
+        return [r for r in self if r.failed]
+
+    @property
+    def all_ok(self) -> bool:
+        return not self.failed
+
+    def raise_if_failed(self, what: str = "operation") -> None:
+        if self.failed:
+            lines = [f"  {r.device.name}: {r.error}" for r in self.failed]
+            err = DeviceError(f"{what} failed on {len(self.failed)} of {len(self)} devices:\n" + "\n".join(lines))
+            err.results = self
+            raise err
+
+
+def for_each_device(devices: Sequence[Device], fn: Callable[[Device], object], *, max_workers: int = 8,
+                    on_done: Callable[[DeviceResult], None] | None = None) -> FleetResults:
+    """Call fn(device) for every device on a bounded thread pool; a failure is recorded in that
+    device's result and the others carry on. on_done (progress display) runs as each one ends."""
+
+    def one(device: Device) -> DeviceResult:
+        start = time.monotonic()
+        try:
+            result = DeviceResult(device, value=fn(device), seconds=time.monotonic() - start)
+        except EdgeError as e:
+            result = DeviceResult(device, error=e, seconds=time.monotonic() - start)
+        except Exception as e:  # noqa: BLE001 - a bug on one device must not hide the other devices' results
+            result = DeviceResult(device, error=e, seconds=time.monotonic() - start)
+        if on_done is not None:
+            on_done(result)
+        return result
+
+    if not devices:
+        return FleetResults()
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(devices))),
+                            thread_name_prefix="edge-sdk-device") as pool:
+        return FleetResults(pool.map(one, devices))
