@@ -1,0 +1,291 @@
+"""The versioned runtime bundle: everything a device needs to run a compiled model, and no compiler.
+
+Layout of a bundle directory (cached under $EDGE_SDK_CACHE/runtime/<version>-<arch>/):
+
+    bin/edge-runner            our C++ runner (runner.cc), rpath $ORIGIN/../lib
+    lib/libtvm_runtime.so      from the apache-tvm wheel for <arch>
+    lib/libtvm_ffi.so          from the apache-tvm-ffi wheel for <arch>
+    edge_sdk_runtime/          loader.py, so Python on the device can load models too
+    bundle.json                version, arch, sha256 + size of every file, total size
+
+Why built here and not on the device: a Pi has no compiler and little time; the aarch64 runner is
+cross-built with Debian's aarch64-linux-gnu-g++ against the libraries of the aarch64 manylinux
+wheels. The `version` is a hash of every member, so deploy can install a bundle once and skip it
+when the device already has that version. Libraries the members need beyond the bundle must be in
+a Raspberry Pi OS Lite 64-bit (bookworm) base image; the build checks that with readelf.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+from edge_sdk.errors import CompileError, UsageError
+
+TVM_VERSION = "0.27.0.post1"
+TVM_FFI_VERSION = "0.1.14.post1"
+ARCHES = ("aarch64", "x86_64")
+_WHEEL_PLATFORM = {"aarch64": "manylinux_2_28_aarch64"}
+_CXX = {"aarch64": ("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu"), "x86_64": ("g++", "g++")}
+# In a Raspberry Pi OS Lite 64-bit (bookworm) base image; anything else NEEDED must be bundled.
+_SYSTEM_LIBS = frozenset({
+    "libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1", "libstdc++.so.6",
+    "libgcc_s.so.1", "ld-linux-aarch64.so.1", "ld-linux-x86-64.so.2",
+})
+# Newest symbol versions bookworm provides (glibc 2.36, gcc 12).
+_SYSTEM_MAX = {"GLIBC": (2, 36), "GLIBCXX": (3, 4, 30), "CXXABI": (1, 3, 13)}
+_HERE = Path(__file__).resolve().parent
+_BUILD_REV = "1"  # bump when the build recipe below changes
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("EDGE_SDK_CACHE") or "~/.cache/edge-sdk").expanduser()
+
+
+def ensure_bundle(arch: str, *, rebuild: bool = False) -> Path:
+    """The bundle directory for `arch`, built on first use (or when `rebuild`) and cached.
+
+    A cached bundle is reused when it was built from the same inputs (runner.cc, loader.py, wheel
+    versions, compiler, recipe); its files are not re-hashed here (verify_bundle does that).
+    """
+    _check_arch(arch)
+    cxx = _compiler(arch)
+    key = _inputs_key(arch, cxx)
+    runtime_dir = cache_root() / "runtime"
+    if not rebuild:
+        for meta in sorted(runtime_dir.glob(f"*-{arch}/bundle.json")):
+            try:
+                if json.loads(meta.read_text()).get("inputs_key") == key:
+                    return meta.parent
+            except (OSError, ValueError):
+                continue
+    runtime_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".build-{arch}-", dir=runtime_dir))
+    try:
+        meta = _build(tmp, arch, cxx, key)
+        final = runtime_dir / f"{meta['version']}-{arch}"
+        if final.exists():  # same content already there (rebuild, or a concurrent build)
+            shutil.rmtree(tmp)
+            return final
+        os.replace(tmp, final)
+        return final
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def bundle_archive(arch: str, *, rebuild: bool = False) -> Path:
+    """A reproducible .tar.gz of the bundle (members under `<version>-<arch>/`), for deploy."""
+    root = ensure_bundle(arch, rebuild=rebuild)
+    out = root.parent / f"{root.name}.tar.gz"
+    if out.exists() and not rebuild:
+        return out
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT, compresslevel=6) as tar:
+        for path in [root, *sorted(root.rglob("*"))]:
+            rel = path.relative_to(root).as_posix()
+            info = tar.gettarinfo(str(path), arcname=root.name if rel == "." else f"{root.name}/{rel}")
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "root", "root"
+            if path.is_file():
+                with path.open("rb") as f:
+                    tar.addfile(info, f)
+            else:
+                tar.addfile(info)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.write_bytes(buf.getvalue())
+    os.replace(tmp, out)
+    return out
+
+
+def read_manifest(bundle: Path) -> dict:
+    return json.loads((bundle / "bundle.json").read_text())
+
+
+def verify_bundle(bundle: Path) -> list[str]:
+    """Problems found (empty when every file matches bundle.json and nothing extra is there)."""
+    meta = read_manifest(bundle)
+    problems = []
+    present = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()}
+    for rel, info in meta["files"].items():
+        p = bundle / rel
+        if not p.is_file():
+            problems.append(f"{rel}: missing")
+        elif _sha256(p) != info["sha256"] or p.stat().st_size != info["size"]:
+            problems.append(f"{rel}: sha256/size differ from bundle.json")
+    problems += [f"{rel}: not listed in bundle.json" for rel in sorted(present - set(meta["files"]) - {"bundle.json"})]
+    return problems
+
+
+# ---- build ---------------------------------------------------------------------------------
+
+def _check_arch(arch: str) -> None:
+    if arch not in ARCHES:
+        raise UsageError(f"unknown runtime arch '{arch}': expected one of {', '.join(ARCHES)}")
+
+
+def _compiler(arch: str) -> str:
+    cxx, package = _CXX[arch]
+    if shutil.which(cxx) is None:
+        raise CompileError(f"building the {arch} runtime bundle needs '{cxx}', which is not installed",
+                           hint=f"apt-get install {package}")
+    return cxx
+
+
+def _inputs_key(arch: str, cxx: str) -> str:
+    h = hashlib.sha256()
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
+    for part in (_BUILD_REV, arch, TVM_VERSION, TVM_FFI_VERSION, version.splitlines()[0] if version else cxx):
+        h.update(part.encode() + b"\0")
+    for name in ("runner.cc", "loader.py"):
+        h.update((_HERE / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _build(root: Path, arch: str, cxx: str, key: str) -> dict:
+    src = _wheel_tree(arch)
+    (root / "bin").mkdir()
+    (root / "lib").mkdir()
+    (root / "edge_sdk_runtime").mkdir()
+    shutil.copy2(src / "tvm/lib/libtvm_runtime.so", root / "lib/libtvm_runtime.so")
+    shutil.copy2(src / "tvm_ffi/lib/libtvm_ffi.so", root / "lib/libtvm_ffi.so")
+    shutil.copy2(_HERE / "loader.py", root / "edge_sdk_runtime/loader.py")
+    (root / "edge_sdk_runtime/__init__.py").write_text(
+        '"""edge-sdk device runtime: `from edge_sdk_runtime.loader import load`."""\n')
+    cmd = [
+        cxx, "-std=c++17", "-O2", "-s", "-fPIE", "-pie",
+        f"-I{src / 'tvm_ffi/include'}",
+        f'-DEDGE_TVM_VERSION="{TVM_VERSION}"', f'-DEDGE_TVM_FFI_VERSION="{TVM_FFI_VERSION}"',
+        str(_HERE / "runner.cc"), "-o", str(root / "bin/edge-runner"),
+        f"-L{root / 'lib'}", "-Wl,--no-as-needed", "-ltvm_runtime", "-ltvm_ffi", "-Wl,--as-needed",
+        "-Wl,-rpath,$ORIGIN/../lib",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise CompileError(f"building edge-runner for {arch} failed:\n{proc.stderr[-4000:]}")
+    needed, maxver = _check_elves(root, arch)
+    files = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            files[p.relative_to(root).as_posix()] = {"sha256": _sha256(p), "size": p.stat().st_size}
+    digest = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:12]
+    meta = {
+        "name": "edge-sdk-runtime",
+        "version": f"{TVM_VERSION}-{digest}",
+        "arch": arch,
+        "tvm_version": TVM_VERSION,
+        "tvm_ffi_version": TVM_FFI_VERSION,
+        "runner": "bin/edge-runner",
+        "inputs_key": key,
+        "compiler": cxx,
+        "system_libs_needed": sorted(needed),
+        "max_symbol_versions": maxver,
+        "files": files,
+        "total_size": sum(f["size"] for f in files.values()),
+    }
+    (root / "bundle.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return meta
+
+
+def _check_elves(root: Path, arch: str) -> tuple[set[str], dict[str, str]]:
+    """NEEDED libraries outside the bundle must be in the Pi OS base image, with old enough symbols."""
+    bundled = {p.name for p in (root / "lib").iterdir()}
+    needed: set[str] = set()
+    newest: dict[str, tuple[int, ...]] = {}
+    for elf in [root / "bin/edge-runner", *sorted((root / "lib").iterdir())]:
+        dyn = _readelf(["-d", str(elf)])
+        for lib in re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn):
+            if lib in bundled:
+                continue
+            if lib not in _SYSTEM_LIBS:
+                raise CompileError(f"{elf.name} ({arch}) needs {lib}, which is neither bundled nor in the base image")
+            needed.add(lib)
+        for name, ver in re.findall(r"\b(GLIBC|GLIBCXX|CXXABI)_(\d+(?:\.\d+)+)\b", _readelf(["-V", str(elf)])):
+            v = tuple(int(x) for x in ver.split("."))
+            if v > _SYSTEM_MAX[name]:
+                raise CompileError(f"{elf.name} ({arch}) needs {name}_{ver}, newer than Raspberry Pi OS bookworm has")
+            newest[name] = max(newest.get(name, v), v)
+    return needed, {k: ".".join(map(str, v)) for k, v in sorted(newest.items())}
+
+
+def _readelf(args: list[str]) -> str:
+    proc = subprocess.run(["readelf", "-W", *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise CompileError(f"readelf {' '.join(args)} failed: {proc.stderr.strip()}", hint="apt-get install binutils")
+    return proc.stdout
+
+
+# ---- wheels --------------------------------------------------------------------------------
+
+def _wheel_tree(arch: str) -> Path:
+    """A directory with tvm/lib, tvm_ffi/lib and tvm_ffi/include for `arch`.
+
+    x86_64: the host's installed wheels (checked to be the pinned versions). aarch64: the
+    manylinux wheels, downloaded once into the cache and unpacked (only the parts we use).
+    """
+    if arch == "x86_64":
+        for dist, want in (("apache-tvm", TVM_VERSION), ("apache-tvm-ffi", TVM_FFI_VERSION)):
+            have = importlib.metadata.version(dist)
+            if have != want:
+                raise CompileError(f"the x86_64 bundle needs {dist}=={want} installed, found {have}")
+        tvm_dir = Path(importlib.util.find_spec("tvm").origin).parent
+        ffi_dir = Path(importlib.util.find_spec("tvm_ffi").origin).parent
+        if tvm_dir.parent != ffi_dir.parent:
+            raise CompileError(f"tvm ({tvm_dir}) and tvm_ffi ({ffi_dir}) are not installed side by side")
+        return tvm_dir.parent
+    tree = cache_root() / "wheels" / f"{arch}-tvm{TVM_VERSION}-ffi{TVM_FFI_VERSION}"
+    if (tree / ".complete").exists():
+        return tree
+    wheels = _download_wheels(arch)
+    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=tree.parent))
+    try:
+        for whl in wheels:
+            with zipfile.ZipFile(whl) as z:
+                for name in z.namelist():
+                    if re.fullmatch(r"tvm/lib/libtvm_runtime\.so|tvm_ffi/lib/libtvm_ffi\.so|tvm_ffi/include/.*", name):
+                        z.extract(name, tmp)
+        (tmp / ".complete").write_text("\n".join(w.name for w in wheels) + "\n")
+        if tree.exists():
+            shutil.rmtree(tree)
+        os.replace(tmp, tree)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return tree
+
+
+def _download_wheels(arch: str) -> list[Path]:
+    dest = cache_root() / "wheels"
+    dest.mkdir(parents=True, exist_ok=True)
+    pins = {"apache_tvm-": TVM_VERSION, "apache_tvm_ffi-": TVM_FFI_VERSION}
+    found = [w for w in dest.glob(f"*{arch}*.whl") for p, v in pins.items() if w.name.startswith(p + v + "-")]
+    if len(found) == 2:
+        return found
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
+        "--platform", _WHEEL_PLATFORM[arch], "--python-version", "311", "-d", str(dest),
+        f"apache-tvm=={TVM_VERSION}", f"apache-tvm-ffi=={TVM_FFI_VERSION}",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    found = [w for w in dest.glob(f"*{arch}*.whl") for p, v in pins.items() if w.name.startswith(p + v + "-")]
+    if proc.returncode != 0 or len(found) != 2:
+        raise CompileError(f"downloading the {arch} TVM wheels failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+    return found

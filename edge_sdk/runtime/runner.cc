@@ -1,0 +1,320 @@
+// edge-runner: the minimal on-device runner for edge-sdk models.
+//
+// Why a C++ program: a Pi needs no Python to run a model. It links only libtvm_runtime.so and
+// libtvm_ffi.so (from the apache-tvm wheels, in ../lib next to this binary) and loads a Relax VM
+// executable exported with export_library plus a params file written by
+// tvm.runtime.save_param_dict_to_file (keys "p0000", "p0001", ... in call order).
+//
+//   edge-runner --lib model.so --params params.bin --input in.npy [--output out.npy]
+//               [--warmup W] [--repeat N] [--min-time-ms T] [--threads K]
+//
+// It calls main(input, params sorted by key...) once (first_ms), W more untimed times, then at
+// least N timed times and until T ms have been spent, and prints ONE JSON line on stdout.
+// Errors: one message on stderr, exit code 2 (usage) or 1 (anything else).
+#include <dlpack/dlpack.h>
+#include <tvm/ffi/any.h>
+#include <tvm/ffi/container/array.h>
+#include <tvm/ffi/container/map.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/extra/module.h>
+#include <tvm/ffi/function.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+// The wheel versions, passed by bundle.py (the headers' own macros lag the post releases).
+#ifndef EDGE_TVM_VERSION
+#define EDGE_TVM_VERSION "unknown"
+#endif
+#ifndef EDGE_TVM_FFI_VERSION
+#define EDGE_TVM_FFI_VERSION "unknown"
+#endif
+
+namespace {
+
+namespace ffi = tvm::ffi;
+using Clock = std::chrono::steady_clock;
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+struct Options {
+  std::string lib, params, input, output;
+  int warmup = 1, repeat = 10, threads = 1;
+  double min_time_ms = 0;
+};
+
+int ParseInt(const std::string& flag, const std::string& v, int lo) {
+  char* end = nullptr;
+  long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || x < lo || x > 1000000)
+    throw UsageError(flag + ": expected an integer >= " + std::to_string(lo) + ", got '" + v + "'");
+  return static_cast<int>(x);
+}
+
+Options ParseArgs(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help")
+      throw UsageError(
+          "usage: edge-runner --lib model.so --params params.bin --input in.npy [--output out.npy]"
+          " [--warmup W] [--repeat N] [--min-time-ms T] [--threads K]");
+    if (i + 1 >= argc) throw UsageError(a + ": missing value (or unknown option)");
+    std::string v = argv[++i];
+    if (a == "--lib") o.lib = v;
+    else if (a == "--params") o.params = v;
+    else if (a == "--input") o.input = v;
+    else if (a == "--output") o.output = v;
+    else if (a == "--warmup") o.warmup = ParseInt(a, v, 0);
+    else if (a == "--repeat") o.repeat = ParseInt(a, v, 1);
+    else if (a == "--threads") o.threads = ParseInt(a, v, 1);
+    else if (a == "--min-time-ms") {
+      char* end = nullptr;
+      o.min_time_ms = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || o.min_time_ms < 0)
+        throw UsageError("--min-time-ms: expected a number >= 0, got '" + v + "'");
+    } else {
+      throw UsageError("unknown option '" + a + "'");
+    }
+  }
+  if (o.lib.empty() || o.params.empty() || o.input.empty())
+    throw UsageError("--lib, --params and --input are required");
+  return o;
+}
+
+// ---- .npy ----------------------------------------------------------------------------------
+struct Npy {
+  std::vector<int64_t> shape;
+  DLDataType dtype;
+  std::string data;
+};
+
+std::string HeaderValue(const std::string& header, const std::string& key, const std::string& path) {
+  size_t k = header.find("'" + key + "'");
+  if (k == std::string::npos) throw Failure(path + ": .npy header has no '" + key + "'");
+  size_t colon = header.find(':', k);
+  size_t start = header.find_first_not_of(" ", colon + 1);
+  size_t end = header[start] == '(' ? header.find(')', start) + 1
+             : header[start] == '\'' ? header.find('\'', start + 1) + 1
+                                     : header.find_first_of(",}", start);
+  return header.substr(start, end - start);
+}
+
+Npy ReadNpy(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Failure(path + ": cannot open input file: " + std::strerror(errno));
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (all.size() < 10 || all.compare(0, 6, "\x93NUMPY") != 0)
+    throw Failure(path + ": not a .npy file (bad magic)");
+  int major = static_cast<unsigned char>(all[6]);
+  size_t hlen, hstart;
+  if (major == 1) {
+    hlen = static_cast<unsigned char>(all[8]) | (static_cast<unsigned char>(all[9]) << 8);
+    hstart = 10;
+  } else {
+    if (all.size() < 12) throw Failure(path + ": truncated .npy header");
+    hlen = 0;
+    for (int b = 3; b >= 0; --b) hlen = (hlen << 8) | static_cast<unsigned char>(all[8 + b]);
+    hstart = 12;
+  }
+  if (hstart + hlen > all.size()) throw Failure(path + ": truncated .npy header");
+  std::string header = all.substr(hstart, hlen);
+  std::string descr = HeaderValue(header, "descr", path);
+  std::string order = HeaderValue(header, "fortran_order", path);
+  std::string shape = HeaderValue(header, "shape", path);
+  Npy n;
+  if (descr == "'<f4'") n.dtype = DLDataType{kDLFloat, 32, 1};
+  else if (descr == "'|i1'" || descr == "'<i1'") n.dtype = DLDataType{kDLInt, 8, 1};
+  else if (descr == "'|u1'" || descr == "'<u1'") n.dtype = DLDataType{kDLUInt, 8, 1};
+  else
+    throw Failure(path + ": unsupported input dtype " + descr +
+                  " (the runner reads float32 '<f4', int8 '|i1' or uint8 '|u1')");
+  if (order != "False") throw Failure(path + ": Fortran-order arrays are not supported; save a C-order array");
+  std::string dims = shape.substr(1, shape.size() - 2);
+  std::stringstream ss(dims);
+  std::string item;
+  int64_t count = 1;
+  while (std::getline(ss, item, ',')) {
+    if (item.find_first_not_of(" ") == std::string::npos) continue;
+    n.shape.push_back(std::stoll(item));
+    count *= n.shape.back();
+  }
+  size_t nbytes = static_cast<size_t>(count) * (n.dtype.bits / 8);
+  if (all.size() - hstart - hlen != nbytes)
+    throw Failure(path + ": data size " + std::to_string(all.size() - hstart - hlen) +
+                  " bytes does not match shape " + shape + " (" + std::to_string(nbytes) + " bytes)");
+  n.data = all.substr(hstart + hlen);
+  return n;
+}
+
+std::string NpyDescr(DLDataType t) {
+  char kind = t.code == kDLFloat ? 'f' : t.code == kDLInt ? 'i' : t.code == kDLUInt ? 'u'
+            : t.code == kDLBool ? 'b' : '?';
+  if (kind == '?' || t.lanes != 1) throw Failure("output dtype is not representable in .npy");
+  int bytes = (t.bits + 7) / 8;
+  return std::string(bytes == 1 ? "|" : "<") + kind + std::to_string(bytes);
+}
+
+std::string ShapeStr(const std::vector<int64_t>& s, bool py) {
+  std::string r = py ? "(" : "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  if (py && s.size() == 1) r += ",";
+  return r + (py ? ")" : "]");
+}
+
+void WriteNpy(const std::string& path, DLDataType dt, const std::vector<int64_t>& shape,
+              const std::string& bytes) {
+  std::string header = "{'descr': '" + NpyDescr(dt) + "', 'fortran_order': False, 'shape': " +
+                       ShapeStr(shape, true) + ", }";
+  size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) throw Failure(path + ": cannot write output: " + std::strerror(errno));
+    f.write("\x93NUMPY\x01\x00", 8);
+    char len[2] = {static_cast<char>(header.size() & 0xff), static_cast<char>(header.size() >> 8)};
+    f.write(len, 2);
+    f << header;
+    f.write(bytes.data(), bytes.size());
+    if (!f) throw Failure(path + ": short write");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw Failure(path + ": cannot rename output: " + std::strerror(errno));
+}
+
+std::string DTypeName(DLDataType t) {
+  std::string base = t.code == kDLFloat ? "float" : t.code == kDLInt ? "int"
+                   : t.code == kDLUInt ? "uint" : t.code == kDLBool ? "bool" : "unknown";
+  return t.code == kDLBool ? base : base + std::to_string(t.bits);
+}
+
+// ---- model --------------------------------------------------------------------------------
+// Host memory for the input tensor, aligned as TVM's kernels assume (kAllocAlignment = 64).
+struct CPUAlloc {
+  void AllocData(DLTensor* t) {
+    size_t n = std::max<size_t>(ffi::GetDataSize(*t), 1);
+    t->data = std::aligned_alloc(64, (n + 63) / 64 * 64);
+    if (!t->data) throw Failure("out of memory for the input tensor");
+  }
+  void FreeData(DLTensor* t) { std::free(t->data); }
+};
+
+ffi::Tensor AsTensor(const ffi::Any& rv) {
+  if (auto t = rv.as<ffi::Tensor>()) return *t;
+  if (auto arr = rv.as<ffi::Array<ffi::Any>>()) {
+    if (arr->size() == 1) return AsTensor((*arr)[0]);
+    throw Failure("main returned " + std::to_string(arr->size()) + " outputs; the runner expects one tensor");
+  }
+  throw Failure("main returned a " + rv.GetTypeKey() + ", not a tensor");
+}
+
+int Run(const Options& o) {
+  // The thread pool reads TVM_NUM_THREADS when it is first created (at the first parallel
+  // kernel), so it must be set before anything runs.
+  setenv("TVM_NUM_THREADS", std::to_string(o.threads).c_str(), 1);
+  Npy in = ReadNpy(o.input);
+
+  auto t0 = Clock::now();
+  ffi::Module lib = ffi::Module::LoadFromFile(o.lib);
+  auto load_exec = lib->GetFunction("vm_load_executable");
+  if (!load_exec) throw Failure(o.lib + ": not a Relax VM executable (no vm_load_executable)");
+  ffi::Module vm = (*load_exec)().cast<ffi::Module>();
+  auto init = vm->GetFunction("vm_initialization");
+  if (!init) throw Failure(o.lib + ": VM has no vm_initialization");
+  (*init)(static_cast<int>(kDLCPU), 0, 2);  // CPU device 0, pooled allocator
+  auto load_params = ffi::Function::GetGlobal("runtime.LoadParamsFromFile");
+  if (!load_params) throw Failure("libtvm_runtime has no runtime.LoadParamsFromFile");
+  auto params = (*load_params)(ffi::String(o.params)).cast<ffi::Map<ffi::String, ffi::Tensor>>();
+  auto main_fn = vm->GetFunction("main");
+  if (!main_fn) throw Failure(o.lib + ": VM has no function 'main'");
+  double load_ms = MsSince(t0);
+
+  std::vector<std::string> keys;
+  for (const auto& kv : params) keys.push_back(std::string(kv.first));
+  std::sort(keys.begin(), keys.end());
+  ffi::Shape xshape(in.shape);
+  ffi::Tensor x = ffi::Tensor::FromNDAlloc(CPUAlloc(), xshape, in.dtype, DLDevice{kDLCPU, 0});
+  std::memcpy(x.data_ptr(), in.data.data(), in.data.size());
+  std::vector<ffi::Tensor> held{x};
+  for (const auto& k : keys) held.push_back(params[k]);
+  std::vector<ffi::AnyView> args(held.begin(), held.end());
+
+  ffi::Any rv;
+  auto call = [&] { main_fn.value().CallPacked(args.data(), static_cast<int32_t>(args.size()), &rv); };
+  t0 = Clock::now();
+  call();
+  double first_ms = MsSince(t0);
+  for (int i = 0; i < o.warmup; ++i) call();
+  std::vector<double> lat;
+  auto start = Clock::now();
+  while (static_cast<int>(lat.size()) < o.repeat || (MsSince(start) < o.min_time_ms && lat.size() < 100000)) {
+    auto t = Clock::now();
+    call();
+    lat.push_back(MsSince(t));
+  }
+  std::vector<double> sorted = lat;
+  std::sort(sorted.begin(), sorted.end());
+  size_t m = sorted.size();
+  double median = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
+
+  ffi::Tensor out = AsTensor(rv);
+  std::vector<int64_t> oshape(out.shape().begin(), out.shape().end());
+  DLDataType odt = out.dtype();
+  if (!o.output.empty()) {
+    if (out.device().device_type != kDLCPU || !out.IsContiguous())
+      throw Failure("output is not a contiguous CPU tensor");
+    const char* p = static_cast<const char*>(out.data_ptr()) + out.byte_offset();
+    WriteNpy(o.output, odt, oshape, std::string(p, ffi::GetDataSize(static_cast<size_t>(out.numel()), odt)));
+  }
+
+  std::ostringstream js;
+  js.precision(6);
+  js << std::fixed << "{\"load_ms\": " << load_ms << ", \"first_ms\": " << first_ms
+     << ", \"latencies_ms\": [";
+  for (size_t i = 0; i < lat.size(); ++i) js << (i ? ", " : "") << lat[i];
+  js << "], \"median_ms\": " << median << ", \"threads\": " << o.threads
+     << ", \"warmup\": " << o.warmup << ", \"num_params\": " << keys.size()
+     << ", \"output_shape\": " << ShapeStr(oshape, false) << ", \"output_dtype\": \""
+     << DTypeName(odt) << "\", \"tvm_version\": \"" << EDGE_TVM_VERSION
+     << "\", \"tvm_ffi_version\": \"" << EDGE_TVM_FFI_VERSION << "\"}";
+  std::cout << js.str() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(ParseArgs(argc, argv));
+  } catch (const UsageError& e) {
+    std::cerr << "edge-runner: " << e.what() << std::endl;
+    return 2;
+  } catch (const ffi::Error& e) {
+    std::cerr << "edge-runner: TVM error: " << e.kind() << ": " << e.message() << std::endl;
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "edge-runner: " << e.what() << std::endl;
+    return 1;
+  }
+}
