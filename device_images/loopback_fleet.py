@@ -292,10 +292,11 @@ def _check_traversable(root: Path) -> None:
 
 def _is_our_sshd(pid: int, config: Path) -> bool:
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return os.fsencode(config) in cmdline
+    # sshd rewrites its title ("sshd: /usr/sbin/sshd -D -f CFG ... [listener]"): match a substring
+    return b"sshd" in cmdline and b" " + os.fsencode(config) + b" " in cmdline.replace(b"\0", b" ") + b" "
 
 
 def _wait_gone(pid: int, proc: subprocess.Popen | None, timeout: float = 5.0) -> None:
@@ -307,11 +308,20 @@ def _wait_gone(pid: int, proc: subprocess.Popen | None, timeout: float = 5.0) ->
             proc.wait()
         return
     deadline = time.monotonic() + timeout
-    while Path(f"/proc/{pid}").exists():
+    while _alive(pid):
         if time.monotonic() > deadline:
             os.killpg(pid, signal.SIGKILL)
             deadline += timeout
         time.sleep(0.01)
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie (a zombie whose parent is gone waits for init to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _write_atomic(path: Path, text: str, mode: int) -> None:
