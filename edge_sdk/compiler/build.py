@@ -1,0 +1,117 @@
+"""compile_model: Model -> .edgepkg for one variant and target.
+
+Steps: check the toolchain, compute the layer table and the golden pair on the host with the
+reference (LiteRT for .tflite inputs, else the numpy interpreter), lower and build with our schedules,
+export the library (cross-linked for Pi targets) and parameters, write the package atomically.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edge_sdk import __version__
+from edge_sdk.compiler.layers import layer_table
+from edge_sdk.models.base import Model
+from edge_sdk.package import npy_bytes, write_package
+from edge_sdk.targets import Target
+from edge_sdk.variants import Variant
+
+GOLDEN_RTOL = 1e-4
+GOLDEN_ATOL = 1e-5
+
+
+@dataclass
+class CompileResult:
+    package: Path
+    manifest: dict
+    seconds: dict  # stage -> seconds
+
+    def __str__(self) -> str:
+        size = self.package.stat().st_size
+        return (f"{self.package} ({size / 1e6:.1f} MB): {self.manifest['model']['name']} "
+                f"{self.manifest['variant']} for {self.manifest['target']['name']} in {sum(self.seconds.values()):.1f} s")
+
+
+def versions() -> dict:
+    import tvm
+    import tvm_ffi
+
+    return {"edge_sdk": __version__, "tvm": tvm.__version__, "tvm_ffi": tvm_ffi.__version__, "numpy": np.__version__}
+
+
+def reference_output(model: Model, x: np.ndarray) -> tuple[np.ndarray, str]:
+    """The golden output, from an engine independent of our compiler."""
+    if model.source.endswith(".tflite"):
+        from edge_sdk.runtime.litert import run_tflite
+
+        return run_tflite(Path(model.source), x), "litert"
+    from edge_sdk.compiler.reference import evaluate
+
+    return evaluate(model.mod, x), "numpy"
+
+
+def compile_model(model: Model, *, variant: Variant, target: Target, out: Path,
+                  progress: Callable[[str], None] | None = None, seed: int = 0) -> CompileResult:
+    say = progress or (lambda _msg: None)
+    fcompile = target.compiler()  # fails early, naming the Debian package, if the cross compiler is missing
+    seconds: dict[str, float] = {}
+
+    t0 = time.perf_counter()
+    layers = layer_table(model.mod)
+    say(f"reference run ({len(layers)} layers)")
+    x = model.example_input(seed=seed)
+    golden, ref_name = reference_output(model, x)
+    seconds["reference"] = time.perf_counter() - t0
+
+    from edge_sdk.compiler.lower import compile_relax
+
+    t0 = time.perf_counter()
+    say(f"lowering and building for {target.name}")
+    ex, params = compile_relax(model.mod, target, progress=say)
+    seconds["build"] = time.perf_counter() - t0
+
+    import tvm
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="edgepkg-") as tmp:
+        tmpd = Path(tmp)
+        say("exporting library" + (f" with {target.cross_cc}" if target.cross_cc else ""))
+        lib = tmpd / "model.so"
+        if fcompile is None:
+            ex.export_library(str(lib))
+        else:
+            ex.export_library(str(lib), fcompile=fcompile)
+        params_file = tmpd / "params.bin"
+        tvm.runtime.save_param_dict_to_file({k: tvm.runtime.tensor(v) for k, v in params.items()}, str(params_file))
+        (tmpd / "golden_input.npy").write_bytes(npy_bytes(x))
+        (tmpd / "golden_output.npy").write_bytes(npy_bytes(golden))
+        manifest = {
+            "model": {"name": model.name, "source": model.source, "options": model.options},
+            "variant": variant.name,
+            "target": {"name": target.name, "arch": target.arch, "llvm": target.llvm,
+                       "cores": target.cores, "clock_ghz": target.clock_ghz,
+                       "peak_gflops": target.peak_gflops, "mem_gbps": target.mem_gbps},
+            "versions": versions(),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "input": {"name": model.input_name, "shape": list(model.input_shape), "dtype": model.input_dtype,
+                      "layout": model.layout, "preprocess": model.preprocess.to_json(), "quantization": None},
+            "output": {"shape": list(golden.shape), "dtype": str(golden.dtype)},
+            "labels": model.labels,
+            "params": {"count": len(params), "bytes": int(sum(v.nbytes for v in params.values()))},
+            "layers": layers,
+            "totals": {"flops": int(sum(r["flops"] for r in layers)),
+                       "bytes": int(sum(r["bytes_read"] + r["bytes_written"] for r in layers))},
+            "golden": {"reference": ref_name, "seed": seed, "rtol": GOLDEN_RTOL, "atol": GOLDEN_ATOL},
+        }
+        files = {n: tmpd / n for n in ("model.so", "params.bin", "golden_input.npy", "golden_output.npy")}
+        write_package(out, manifest=manifest, files=files)
+    seconds["package"] = time.perf_counter() - t0
+    from edge_sdk.package import read_manifest
+
+    return CompileResult(package=out, manifest=read_manifest(out), seconds=seconds)

@@ -1,0 +1,162 @@
+"""A plain-numpy interpreter of a float Relax graph: the independent reference for compiled code.
+
+It evaluates the high-level Relax ops (before any lowering) in float64, so it shares no code with
+TVM's kernels or ours. It covers the ops our zoo and the TFLite/ONNX importers emit for classifiers;
+any other op is a ModelError naming it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from edge_sdk.errors import ModelError
+
+
+def _ints(v) -> list[int]:
+    return [int(i) for i in v]
+
+
+def _conv2d(x, w, attrs):
+    if attrs.data_layout == "NCHW":
+        x = x.transpose(0, 2, 3, 1)
+    elif attrs.data_layout != "NHWC":
+        raise ModelError(f"reference: conv2d data layout {attrs.data_layout} not supported")
+    perm = {"HWIO": (0, 1, 2, 3), "OIHW": (2, 3, 1, 0), "OHWI": (1, 2, 3, 0), "HWOI": (0, 1, 3, 2)}
+    w = w.transpose(perm[str(attrs.kernel_layout)])  # -> HWIO
+    sh, sw = _ints(attrs.strides)
+    dh, dw = _ints(attrs.dilation)
+    top, left, bottom, right = _ints(attrs.padding)
+    groups = int(attrs.groups)
+    x = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    n, h, wd, cin = x.shape
+    kh, kw, cig, cout = w.shape
+    oh, ow = (h - (kh - 1) * dh - 1) // sh + 1, (wd - (kw - 1) * dw - 1) // sw + 1
+    cog = cout // groups
+    out = np.zeros((n, oh, ow, cout))
+    for i in range(kh):
+        for j in range(kw):
+            patch = x[:, i * dh: i * dh + (oh - 1) * sh + 1: sh, j * dw: j * dw + (ow - 1) * sw + 1: sw, :]
+            if groups == 1:
+                out += patch @ w[i, j]
+            elif cig == 1:  # depthwise: output channel g*cog+m reads input channel g
+                out += np.repeat(patch, cog, axis=3) * w[i, j, 0]
+            else:
+                pg = patch.reshape(n, oh, ow, groups, cig)
+                wg = w[i, j].reshape(cig, groups, cog).transpose(1, 0, 2)
+                out += np.einsum("nhwgc,gco->nhwgo", pg, wg).reshape(n, oh, ow, cout)
+    return out.transpose(0, 3, 1, 2) if attrs.data_layout == "NCHW" else out
+
+
+def _pool(x, attrs, kind):
+    layout = str(attrs.layout)
+    if layout == "NCHW":
+        x = x.transpose(0, 2, 3, 1)
+    kh, kw = _ints(attrs.pool_size)
+    sh, sw = _ints(attrs.strides)
+    top, left, bottom, right = _ints(attrs.padding)
+    fill = -np.inf if kind == "max" else 0.0
+    xp = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=fill)
+    ones = np.pad(np.ones(x.shape[1:3]), ((top, bottom), (left, right)))
+    n, h, w, c = xp.shape
+    oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
+    if bool(getattr(attrs, "ceil_mode", False)):
+        raise ModelError("reference: pooling with ceil_mode is not supported")
+    acc = np.full((n, oh, ow, c), fill)
+    cnt = np.zeros((oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, i: i + (oh - 1) * sh + 1: sh, j: j + (ow - 1) * sw + 1: sw, :]
+            acc = np.maximum(acc, patch) if kind == "max" else acc + patch
+            cnt += ones[i: i + (oh - 1) * sh + 1: sh, j: j + (ow - 1) * sw + 1: sw]
+    if kind == "avg":
+        acc = acc / (cnt[None, :, :, None] if not bool(attrs.count_include_pad) else kh * kw)
+    return acc.transpose(0, 3, 1, 2) if layout == "NCHW" else acc
+
+
+def _softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _shape(ty) -> list[int]:
+    return [int(s) for s in ty.shape]
+
+
+def _eval_call(call, args):
+    op = call.op.name
+    a = call.attrs
+    if op == "relax.nn.conv2d":
+        return _conv2d(args[0], args[1], a)
+    if op in ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum"):
+        fn = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+              "maximum": np.maximum, "minimum": np.minimum}[op.split(".")[1]]
+        return fn(args[0], args[1])
+    if op == "relax.clip":
+        return np.clip(args[0], float(call.args[1].value), float(call.args[2].value))
+    if op == "relax.nn.relu":
+        return np.maximum(args[0], 0)
+    if op == "relax.nn.relu6":
+        return np.clip(args[0], 0, 6)
+    if op == "relax.sigmoid":
+        return 1 / (1 + np.exp(-args[0]))
+    if op == "relax.nn.max_pool2d":
+        return _pool(args[0], a, "max")
+    if op == "relax.nn.avg_pool2d":
+        return _pool(args[0], a, "avg")
+    if op == "relax.nn.adaptive_avg_pool2d":
+        layout = str(a.layout)
+        axes = (2, 3) if layout == "NCHW" else (1, 2)
+        return args[0].mean(axis=axes, keepdims=True)
+    if op == "relax.mean":
+        return args[0].mean(axis=tuple(_ints(a.axis)), keepdims=bool(a.keepdims))
+    if op == "relax.matmul":
+        return args[0] @ args[1]
+    if op == "relax.nn.softmax":
+        return _softmax(args[0], int(a.axis))
+    if op in ("relax.reshape", "relax.flatten", "relax.squeeze", "relax.expand_dims", "relax.nn.batch_flatten"):
+        return args[0].reshape(_shape(call.ty))
+    if op == "relax.permute_dims":
+        return args[0].transpose(None if a.axes is None else _ints(a.axes))
+    if op == "relax.astype":
+        return args[0].astype(str(a.dtype))
+    if op == "relax.nn.pad":
+        pw = _ints(a.pad_width)
+        return np.pad(args[0], list(zip(pw[0::2], pw[1::2])), constant_values=float(a.pad_value) if hasattr(a, "pad_value") else 0.0)
+    raise ModelError(f"reference: op '{op}' is not supported by the numpy reference")
+
+
+def evaluate(mod, x: np.ndarray) -> np.ndarray:
+    """Run mod["main"] (one input, weights as constants) in numpy float64; return float32."""
+    from tvm import relax
+    from tvm.ir.expr import GenericConst
+
+    func = mod["main"]
+    env = {func.params[0]: np.asarray(x, np.float64)}
+
+    def value(e):
+        if isinstance(e, GenericConst):
+            return e.value.numpy().astype(np.float64)
+        if isinstance(e, relax.Var):
+            return env[e]
+        if hasattr(e, "value"):  # IntImm / FloatImm prim values
+            return e.value
+        raise ModelError(f"reference: unsupported expression {type(e).__name__}")
+
+    body = func.body
+    for block in body.blocks:
+        for b in block.bindings:
+            v = b.value
+            if isinstance(v, relax.Call):
+                args = [None if isinstance(arg, relax.ShapeExpr) else value(arg) for arg in v.args]
+                env[b.var] = _eval_call(v, args)
+            elif isinstance(v, (relax.Var, GenericConst)):
+                env[b.var] = value(v)
+            elif isinstance(v, relax.TupleGetItem):
+                env[b.var] = env[v.tuple_value][v.index]
+            elif isinstance(v, relax.Tuple):
+                env[b.var] = tuple(value(f) for f in v.fields)
+            else:
+                raise ModelError(f"reference: unsupported binding {type(v).__name__}")
+    out = value(body.body)
+    if isinstance(out, tuple):
+        out = out[0]
+    return np.asarray(out, np.float32)

@@ -1,0 +1,63 @@
+"""The Model object: what intake produces and the compiler consumes."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How a camera frame becomes the model input: resize to (height, width), then (x - mean) / std.
+
+    For int8 inputs the result is then quantized with the input's scale and zero point.
+    """
+
+    height: int
+    width: int
+    mean: tuple[float, float, float] = (127.5, 127.5, 127.5)
+    std: tuple[float, float, float] = (127.5, 127.5, 127.5)
+    channel_order: str = "RGB"
+
+    def to_json(self) -> dict:
+        return {"resize": [self.height, self.width], "mean": list(self.mean), "std": list(self.std),
+                "channel_order": self.channel_order}
+
+    def apply(self, image_hwc_uint8: np.ndarray) -> np.ndarray:
+        """Resize (nearest, numpy only: this also runs on the device) and normalise to NHWC float32."""
+        img = np.asarray(image_hwc_uint8)
+        h, w = img.shape[:2]
+        rows = (np.arange(self.height) * h // self.height).clip(0, h - 1)
+        cols = (np.arange(self.width) * w // self.width).clip(0, w - 1)
+        img = img[rows][:, cols, :3].astype(np.float32)
+        out = (img - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
+        return out[None]
+
+
+@dataclass
+class Model:
+    """A float model in TVM Relax: `mod["main"]` takes one NHWC input, all weights bound as constants."""
+
+    name: str
+    mod: object  # tvm.IRModule
+    input_name: str
+    input_shape: tuple[int, ...]
+    input_dtype: str
+    preprocess: Preprocess
+    source: str  # "zoo:mobilenet_v1?alpha=0.25", or the file path it came from
+    labels: list[str] | None = None
+    layout: str = "NHWC"
+    options: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"Model {self.name} ({self.source}) input {self.input_name}{list(self.input_shape)} {self.input_dtype}"
+
+    def example_input(self, *, seed: int = 0) -> np.ndarray:
+        """A seeded input in the model's input range (as if from a camera frame)."""
+        rng = np.random.default_rng(seed)
+        if self.input_dtype == "float32":
+            frame = rng.integers(0, 256, size=(self.preprocess.height, self.preprocess.width, 3), dtype=np.uint8)
+            x = self.preprocess.apply(frame)
+            return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if self.layout == "NCHW" else x
+        info = np.iinfo(self.input_dtype)
+        return rng.integers(info.min, info.max + 1, size=self.input_shape).astype(self.input_dtype)

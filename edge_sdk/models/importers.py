@@ -1,0 +1,121 @@
+"""Intake of model files: float .tflite (Relax TFLite frontend) and ONNX (Relax ONNX frontend).
+
+A corrupt file or an unsupported op is a ModelError naming the file (and the op).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from edge_sdk.errors import ModelError
+from edge_sdk.models.base import Model, Preprocess
+
+_TFLITE_DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 9: "int8", 7: "int16"}
+
+
+def _unsupported(path: Path, err: Exception) -> ModelError:
+    msg = str(err).strip().splitlines()
+    ops = [line for line in msg if "not supported" in line or "Operator" in line]
+    detail = ops[0] if ops else (msg[-1] if msg else type(err).__name__)
+    return ModelError(f"{path}: unsupported model content: {detail}")
+
+
+def _bind_params(mod):
+    """Bind the frontend's detached params (func attr "params") as constants, so weights fold at compile time."""
+    from tvm import relax
+
+    func = mod["main"]
+    attrs = func.attrs or {}
+    if "params" not in attrs or "num_input" not in attrs:
+        return mod
+    n_in = int(attrs["num_input"])
+    params = list(attrs["params"])
+    if not params:
+        return mod
+    binding = {p: v for p, v in zip(func.params[n_in:], params)}
+    mod = relax.transform.BindParams("main", {p.name: v for p, v in binding.items()})(mod)
+    return mod
+
+
+def _image_input(path: Path, name: str, shape, dtype: str) -> tuple[tuple[int, ...], Preprocess]:
+    shape = tuple(int(s) for s in shape)
+    if len(shape) != 4 or shape[3] not in (1, 3) or shape[0] != 1:
+        raise ModelError(f"{path}: input '{name}' has shape {list(shape)}; expected an NHWC image (1, H, W, 3)")
+    return shape, Preprocess(shape[1], shape[2])
+
+
+def load_tflite(path: Path) -> Model:
+    try:
+        import tflite
+        from tvm.relax.frontend.tflite import from_tflite
+    except ImportError as e:  # pragma: no cover - pinned dependency
+        from edge_sdk.errors import MissingDependency
+
+        raise MissingDependency(f"importing {path} needs the 'tflite' package: pip install tflite==2.18.0") from e
+    buf = path.read_bytes()
+    try:
+        if len(buf) < 8 or buf[4:8] != b"TFL3":
+            raise ValueError("no TFL3 flatbuffer identifier")
+        tfl = tflite.Model.GetRootAsModel(buf, 0)
+        sub = tfl.Subgraphs(0)
+        inp = sub.Tensors(sub.Inputs(0))
+        in_name = inp.Name().decode()
+        in_shape = tuple(inp.ShapeAsNumpy())
+        in_dtype = _TFLITE_DTYPES.get(inp.Type(), f"type{inp.Type()}")
+    except Exception as e:  # noqa: BLE001 - flatbuffers raises anything on garbage; we re-raise with the file
+        raise ModelError(f"{path}: not a valid .tflite file ({type(e).__name__}: {e})") from e
+    if in_dtype != "float32":
+        raise ModelError(f"{path}: input '{in_name}' is {in_dtype}; the float32 variant needs a float model "
+                         "(full-integer models are the int8 variant's input)")
+    shape, pre = _image_input(path, in_name, in_shape, in_dtype)
+    try:
+        mod = from_tflite(tfl)
+    except Exception as e:  # noqa: BLE001 - the frontend raises many types; name the file and the op
+        raise _unsupported(path, e) from e
+    return Model(name=_stem(path), mod=_bind_params(mod), input_name=in_name, input_shape=shape,
+                 input_dtype=in_dtype, preprocess=pre, source=str(path))
+
+
+def load_onnx(path: Path) -> Model:
+    import onnx
+    from tvm.relax.frontend.onnx import from_onnx
+
+    try:
+        proto = onnx.load(str(path))
+        onnx.checker.check_model(proto)
+    except Exception as e:  # noqa: BLE001 - protobuf DecodeError and checker errors share no base
+        raise ModelError(f"{path}: not a valid ONNX file ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [i for i in proto.graph.input if i.name not in inits]
+    if len(inputs) != 1:
+        raise ModelError(f"{path}: expected one image input, found {len(inputs)}")
+    inp = inputs[0]
+    dims = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
+    if len(dims) != 4:
+        raise ModelError(f"{path}: input '{inp.name}' has rank {len(dims)}; expected a 4-D image")
+    nchw = dims[1] in (1, 3) and dims[3] not in (1, 3)
+    try:
+        mod = from_onnx(proto, shape_dict={inp.name: dims}, dtype_dict={inp.name: "float32"})
+    except Exception as e:  # noqa: BLE001 - the frontend raises many types; name the file and the op
+        raise _unsupported(path, e) from e
+    name = mod["main"].params[0].name
+    nhwc = [dims[0], dims[2], dims[3], dims[1]] if nchw else dims
+    _, pre = _image_input(path, name, nhwc, "float32")
+    return Model(name=_stem(path), mod=_bind_params(mod), input_name=name, input_shape=tuple(dims),
+                 input_dtype="float32", preprocess=pre, source=str(path), layout="NCHW" if nchw else "NHWC")
+
+
+def _stem(path: Path) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem)
+
+
+def load_model_file(path: Path) -> Model:
+    if not path.is_file():
+        raise ModelError(f"{path}: no such model file")
+    suffix = path.suffix.lower()
+    if suffix == ".tflite":
+        return load_tflite(path)
+    if suffix == ".onnx":
+        return load_onnx(path)
+    raise ModelError(f"{path}: unknown model format '{suffix}' (expected .tflite or .onnx, or a zoo name)")
+

@@ -1,0 +1,130 @@
+"""run_package: open a verified package and run it with the runtime bundle.
+
+A package whose target architecture is the host's runs natively; an aarch64 package on an x86 host runs
+under qemu-aarch64 with the target's CPU model (real aarch64 code, emulated: the latency is not a Pi's).
+Every run also checks the package's golden pair.
+"""
+from __future__ import annotations
+
+import platform
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edge_sdk.errors import RuntimeFailure, UsageError
+from edge_sdk.package import Package, open_package
+
+
+@dataclass
+class RunResult:
+    package: str
+    model: str
+    variant: str
+    target: str
+    emulated: bool
+    threads: int
+    latencies_ms: list[float]
+    load_ms: float
+    golden_ok: bool
+    golden_max_abs_err: float
+    top_k: list[tuple[int, str | None, float]]
+    output: np.ndarray = field(repr=False)
+
+    @property
+    def median_ms(self) -> float:
+        return float(np.median(self.latencies_ms))
+
+    def to_json(self) -> dict:
+        lat = np.asarray(self.latencies_ms)
+        return {
+            "package": self.package, "model": self.model, "variant": self.variant, "target": self.target,
+            "emulated": self.emulated, "threads": self.threads, "repeats": len(lat),
+            "latency_ms": {"median": float(np.median(lat)), "min": float(lat.min()), "max": float(lat.max()),
+                           "p10": float(np.percentile(lat, 10)), "p90": float(np.percentile(lat, 90))},
+            "load_ms": self.load_ms,
+            "golden": {"ok": self.golden_ok, "max_abs_err": self.golden_max_abs_err},
+            "top_k": [{"class": c, "label": lbl, "score": s} for c, lbl, s in self.top_k],
+        }
+
+    def __str__(self) -> str:
+        where = "under qemu (emulated: not a Pi's latency)" if self.emulated else "natively"
+        top = ", ".join(f"{lbl or c}: {s:.3f}" for c, lbl, s in self.top_k)
+        return (f"{self.model} {self.variant} for {self.target}, run {where}, {self.threads} thread(s): "
+                f"median {self.median_ms:.2f} ms over {len(self.latencies_ms)} runs; "
+                f"golden check {'ok' if self.golden_ok else 'FAILED'} (max abs err {self.golden_max_abs_err:.2e}); "
+                f"top-{len(self.top_k)}: {top}")
+
+
+def load_input(path: Path, pkg: Package) -> np.ndarray:
+    """A .npy (used as is, checked against the manifest) or an image (preprocessed as the manifest says)."""
+    spec = pkg.manifest["input"]
+    if not path.is_file():
+        raise UsageError(f"{path}: no such input file")
+    if path.suffix == ".npy":
+        x = np.load(path, allow_pickle=False)
+        if list(x.shape) != spec["shape"] or str(x.dtype) != spec["dtype"]:
+            raise UsageError(f"{path}: input has shape {list(x.shape)} {x.dtype}; the package wants "
+                             f"{spec['shape']} {spec['dtype']}")
+        return x
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError as e:  # pragma: no cover - pillow is a dependency
+        raise UsageError("reading images needs Pillow: pip install pillow") from e
+    try:
+        img = np.asarray(Image.open(path).convert("RGB"))
+    except (UnidentifiedImageError, OSError) as e:
+        raise UsageError(f"{path}: not a readable image or .npy file ({e})") from e
+    from edge_sdk.models.base import Preprocess
+
+    p = spec["preprocess"]
+    pre = Preprocess(p["resize"][0], p["resize"][1], tuple(p["mean"]), tuple(p["std"]), p["channel_order"])
+    x = pre.apply(img)
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if spec["layout"] == "NCHW" else x
+
+
+def top_k(scores: np.ndarray, labels: list[str] | None, k: int = 5) -> list[tuple[int, str | None, float]]:
+    flat = np.asarray(scores, np.float64).reshape(-1)
+    idx = np.argsort(-flat, kind="stable")[:k]
+    return [(int(i), labels[i] if labels and i < len(labels) else None, float(flat[i])) for i in idx]
+
+
+def golden_check(pkg: Package, out: np.ndarray) -> tuple[bool, float]:
+    want = pkg.golden_output
+    g = pkg.manifest["golden"]
+    if out.shape != want.shape:
+        return False, float("inf")
+    err = float(np.abs(out.astype(np.float64) - want).max()) if out.size else 0.0
+    return bool(np.allclose(out, want, rtol=g["rtol"], atol=g["atol"])), err
+
+
+def run_package(path: Path, *, input_path: Path | None = None, threads: int = 1, repeat: int = 10,
+                warmup: int = 1, k: int = 5) -> RunResult:
+    from edge_sdk.runtime.execute import run_compiled
+
+    with tempfile.TemporaryDirectory(prefix="edgepkg-run-") as tmp:
+        pkg = open_package(path, Path(tmp) / "pkg")
+        m = pkg.manifest
+        arch = m["target"]["arch"]
+        host_arch = platform.machine()
+        emulate = None
+        if arch != host_arch:
+            if arch != "aarch64":
+                raise UsageError(f"{path}: a {arch} package cannot run on this {host_arch} machine")
+            from edge_sdk.targets import get_target
+
+            emulate = get_target(m["target"]["name"]).emulate_cpu or "cortex-a53"
+        common = dict(lib=pkg.member("model.so"), params=pkg.member("params.bin"), arch=arch,
+                      emulate_cpu=emulate, threads=threads)
+        golden_in = pkg.golden_input
+        x = load_input(input_path, pkg) if input_path else golden_in
+        res = run_compiled(input=x, warmup=warmup, repeat=repeat, **common)
+        gold = res if input_path is None else run_compiled(input=golden_in, warmup=0, repeat=1, **common)
+        ok, err = golden_check(pkg, gold.output)
+        if not np.isfinite(res.output).all():
+            raise RuntimeFailure(f"{path}: the model produced non-finite outputs")
+        return RunResult(package=str(path), model=m["model"]["name"], variant=m["variant"],
+                         target=m["target"]["name"], emulated=emulate is not None, threads=threads,
+                         latencies_ms=list(res.latencies_ms), load_ms=res.load_ms, golden_ok=ok,
+                         golden_max_abs_err=err, top_k=top_k(res.output, m.get("labels"), k), output=res.output)
