@@ -132,9 +132,16 @@ class _Reader:
 
     def __init__(self, name: str, base_dir: Path):
         self.name, self.base_dir = name, base_dir
+        self._key_of: dict[int, yaml.Node] = {}  # id(value node) -> its key node
+
+    def line(self, node) -> int:
+        """A block collection starts on its first child's line; point at the key that names it."""
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            node = self._key_of.get(id(node), node)
+        return node.start_mark.line + 1
 
     def error(self, node, path: tuple, message: str) -> ConfigError:
-        line = f":{node.start_mark.line + 1}" if node is not None else ""
+        line = f":{self.line(node)}" if node is not None else ""
         where = f" {'.'.join(map(str, path))}" if path else ""
         return ConfigError(f"{self.name}{line}{where}: {message}")
 
@@ -153,6 +160,7 @@ class _Reader:
             if key in out:
                 raise self.error(knode, (*path, key), "given twice")
             out[key] = vnode
+            self._key_of[id(vnode)] = knode
         return out
 
     def scalar(self, node, path):
@@ -268,7 +276,7 @@ class _Reader:
             out[dev_name] = Device(
                 name=dev_name, host=values["host"], port=values["port"], user=values["user"],
                 key=values["key"], target=values["target"], tags=tuple(values.get("tags", ())),
-                host_key=values.get("host_key"), where=f"{self.name}:{dnode.start_mark.line + 1}",
+                host_key=values.get("host_key"), where=f"{self.name}:{self.line(dnode)}",
             )
         return out
 

@@ -1,0 +1,67 @@
+"""Fixtures that start real OpenSSH servers (device_images/loopback_fleet.py) for the fleet tests.
+
+`loopback_fleet` (one per session, 3 devices) is for tests that leave the devices as they found
+them; `fresh_fleet` (per test) is for tests that stop a device or change its host key.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def _load_loopback():
+    name = "edge_sdk_loopback_fleet"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, _REPO / "device_images" / "loopback_fleet.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+loopback = _load_loopback()
+
+
+def _require_sshd():
+    if os.geteuid() != 0:
+        pytest.skip("the loopback fleet creates Unix users and needs root")
+    if not os.access(loopback.SSHD, os.X_OK) or shutil.which("ssh-keygen") is None:
+        pytest.skip("needs openssh-server (/usr/sbin/sshd) and ssh-keygen")
+
+
+def _start(n: int):
+    root = tempfile.mkdtemp(prefix="edge-sdk-loopback-")  # under /tmp: device users must reach their homes
+    return loopback.LoopbackFleet.start(n, root)
+
+
+@pytest.fixture(scope="session")
+def loopback_fleet():
+    _require_sshd()
+    fleet = _start(3)
+    yield fleet
+    fleet.stop()
+
+
+@pytest.fixture
+def fresh_fleet():
+    _require_sshd()
+    fleet = _start(3)
+    yield fleet
+    fleet.stop()
+
+
+@pytest.fixture
+def known_hosts_for(tmp_path):
+    """known_hosts listing a loopback fleet's keys, written from the servers' own .pub files
+    (not through edge-sdk's trust code, which is what some tests check)."""
+    def write(fleet):
+        return fleet.write_known_hosts(tmp_path / "known_hosts")
+    return write
