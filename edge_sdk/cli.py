@@ -85,7 +85,7 @@ def drive_compile(args) -> int:
 
         def progress(msg: str) -> None:
             status.update(f"{model.name} {variant.name} -> {target.name}: {msg}")
-            console.log(msg)
+            console.print(f"  [dim]{model.name} -> {target.name}:[/] {msg}", highlight=False)
 
         result = compile_model(model, variant=variant, target=target, out=args.output, progress=progress,
                                seed=args.seed)
@@ -115,7 +115,7 @@ def drive_inspect(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    out = Console()
+    out = Console(width=None if sys.stdout.isatty() else 140)
     i = m["input"]
     out.print(f"[bold]{m['model']['name']}[/] {m['variant']} for {m['target']['name']} "
               f"({m['target']['llvm'].get('mcpu')}), built {m['created']} with edge-sdk {m['versions']['edge_sdk']}, "
