@@ -1,0 +1,321 @@
+"""Bitserial ops in TVM TE, with our own schedules for x86 and aarch64.
+
+The numerics are `edge_sdk.quant.bitserial` exactly (codes, LSB-first packing, unipolar/bipolar,
+padding, see its docstring) and the fused glue is `edge_sdk.quant.glue.fused_glue`.
+
+Layouts (what the compiled kernels read and write)
+  activations  (N, H, W, ceil(C/Wa), A)   words of type `word`, bit planes last
+  conv weights (KH, KW, ceil(C/Wa), B, O) pre-packed in numpy (`quant.bitserial.pack_conv_weights`):
+                                          output channels innermost, so a vector of O lanes loads at once
+  dense        data (N, ceil(K/W), A), weights (ceil(K/W), B, O)
+  conv output  int32 (N, OH, OW, O), or, with the fused glue, packed next-layer codes
+               (N, OH, OW, ceil(O/Wo), out_bits): no float and no int32 tensor leaves the kernel.
+
+Why not topi.nn.bitserial_conv2d_nhwc: its unipolar form subtracts two uint32 popcounts, which LLVM
+marks `sub nuw` and miscompiles on x86; here each popcount is cast to int32 before subtracting.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edge_sdk.errors import CompileError
+from edge_sdk.quant.bitserial import MODES, WORD_BITS, conv_out_size, pad4
+
+SUPPORTED_BITS = {"weights": (1, 2), "activations": (1, 2, 3)}
+
+
+def _check(mode: str, a_bits: int, w_bits: int, word: str, op: str) -> int:
+    if mode not in MODES:
+        raise CompileError(f"{op}: bitserial mode '{mode}' is not one of {MODES}")
+    if a_bits not in SUPPORTED_BITS["activations"]:
+        raise CompileError(f"{op}: {a_bits}-bit activations are not supported "
+                           f"(supported: {SUPPORTED_BITS['activations']})")
+    if w_bits not in SUPPORTED_BITS["weights"]:
+        raise CompileError(f"{op}: {w_bits}-bit weights are not supported (supported: {SUPPORTED_BITS['weights']})")
+    if word not in WORD_BITS:
+        raise CompileError(f"{op}: word type '{word}' is not one of {sorted(WORD_BITS)}")
+    return WORD_BITS[word]
+
+
+# ---- compute definitions --------------------------------------------------------------------
+
+def bitpack(x, *, bits: int, word: str = "uint32", name: str = "bitpack"):
+    """Pack the last axis of integer codes x (..., C) into (..., ceil(C/W), bits) words, LSB-first.
+
+    A reduction over the W bits of a word (a sum of disjoint bits is their OR), so a schedule can
+    compute_at its producer under the word loop: that is bitpack fusion.
+    """
+    from tvm import te, tirx
+
+    wb = WORD_BITS[word]
+    c = int(x.shape[-1])
+    nw = -(-c // wb)
+    k = te.reduce_axis((0, wb), name="k")
+
+    def f(*idx):
+        *lead, w, b = idx
+        ch = w * wb + k
+        bit = ((x[(*lead, ch)] >> b.astype(x.dtype)) & tirx.const(1, x.dtype)).astype(word)
+        if c % wb:
+            bit = tirx.if_then_else(ch < c, bit, tirx.const(0, word))
+        return te.sum(bit << k.astype(word), axis=k)
+
+    return te.compute((*x.shape[:-1], nw, bits), f, name=name)
+
+
+def _pair_term(a, w, mode: str, nbits, shift):
+    """One (word, bit-plane pair) term, in int32: popcounts are cast before they are subtracted."""
+    from tvm import tirx
+
+    if mode == "unipolar":
+        t = tirx.popcount(a & w).astype("int32") - tirx.popcount(a & ~w).astype("int32")
+    else:
+        t = nbits - 2 * tirx.popcount(a ^ w).astype("int32")
+    return t << shift
+
+
+def conv2d_compute(*, batch: int, height: int, width: int, channels: int, filters: int,
+                   kernel: int, stride: int = 1, padding=0, a_bits: int, w_bits: int,
+                   mode: str = "unipolar", word: str = "uint32",
+                   glue_out_bits: int | None = None, out_word: str = "uint32"):
+    """TE tensors of a bitserial conv2d (NHWC); returns (inputs, output) for create_prim_func.
+
+    With glue_out_bits, three more int32 (O,) inputs follow: lshift, offset, rshift, and the output is
+    bitpack(clip(((acc << lshift) + offset) >> rshift, 0, 2^out_bits - 1)).
+    """
+    from tvm import te, tirx
+
+    wbits = _check(mode, a_bits, w_bits, word, "bitserial conv2d")
+    if glue_out_bits is not None:
+        _check(mode, glue_out_bits, w_bits, out_word, "bitserial conv2d glue")
+    cw = -(-channels // wbits)
+    t, l, b, r = pad4(padding)
+    oh, ow = conv_out_size(height, kernel, stride, t, b), conv_out_size(width, kernel, stride, l, r)
+    if oh < 1 or ow < 1:
+        raise CompileError(f"bitserial conv2d: a {kernel}x{kernel} kernel does not fit {height}x{width} input")
+    data = te.placeholder((batch, height, width, cw, a_bits), word, name="data")
+    wgt = te.placeholder((kernel, kernel, cw, w_bits, filters), word, name="weight")
+    ry, rx = te.reduce_axis((0, kernel), "ry"), te.reduce_axis((0, kernel), "rx")
+    rc = te.reduce_axis((0, cw), "rc")
+    ib, jb = te.reduce_axis((0, a_bits), "ib"), te.reduce_axis((0, w_bits), "jb")
+    axes = [ry, rx, rc, ib, jb]
+    zero = tirx.const(0, word)
+
+    if mode == "unipolar":
+        src = data
+        if t or l or b or r:  # code 0 is the value 0: plain zero padding is exact
+            src = te.compute(
+                (batch, height + t + b, width + l + r, cw, a_bits),
+                lambda n, y, x, c, i: tirx.if_then_else(
+                    tirx.all(y >= t, y < height + t, x >= l, x < width + l), data[n, y - t, x - l, c, i], zero),
+                name="pad")
+
+        def acc(n, y, x, f):
+            a = src[n, y * stride + ry, x * stride + rx, rc, ib]
+            return te.sum(_pair_term(a, wgt[ry, rx, rc, jb, f], mode, None, (ib + jb).astype("int32")), axis=axes)
+    else:
+        def acc(n, y, x, f):  # a padded tap is skipped, not read as -1 (quant.bitserial docstring)
+            iy, ix = y * stride + ry - t, x * stride + rx - l
+            valid = tirx.all(iy >= 0, iy < height, ix >= 0, ix < width)
+            a = tirx.if_then_else(valid, data[n, iy, ix, rc, ib], zero)
+            nbits = tirx.min(wbits, channels - rc * wbits).astype("int32")
+            term = _pair_term(a, wgt[ry, rx, rc, jb, f], mode, nbits, (ib + jb).astype("int32"))
+            return te.sum(tirx.if_then_else(valid, term, 0), axis=axes)
+
+    conv = te.compute((batch, oh, ow, filters), acc, name="conv")
+    if glue_out_bits is None:
+        return [data, wgt], conv
+    lsh = te.placeholder((filters,), "int32", name="lshift")
+    off = te.placeholder((filters,), "int32", name="offset")
+    rsh = te.placeholder((filters,), "int32", name="rshift")
+    qmax = (1 << glue_out_bits) - 1
+    q = te.compute(
+        conv.shape,
+        lambda n, y, x, f: tirx.max(tirx.min(((conv[n, y, x, f] << lsh[f]) + off[f]) >> rsh[f], qmax), 0),
+        name="glue")
+    return [data, wgt, lsh, off, rsh], bitpack(q, bits=glue_out_bits, word=out_word, name="pack")
+
+
+def dense_compute(*, batch: int, features: int, units: int, a_bits: int, w_bits: int,
+                  mode: str = "unipolar", word: str = "uint32"):
+    """TE tensors of a bitserial dense: data (N, Kw, A), weights (Kw, B, O) -> int32 (N, O)."""
+    from tvm import te, tirx
+
+    wbits = _check(mode, a_bits, w_bits, word, "bitserial dense")
+    kw = -(-features // wbits)
+    data = te.placeholder((batch, kw, a_bits), word, name="data")
+    wgt = te.placeholder((kw, w_bits, units), word, name="weight")
+    rc, ib, jb = te.reduce_axis((0, kw), "rc"), te.reduce_axis((0, a_bits), "ib"), te.reduce_axis((0, w_bits), "jb")
+    nbits = tirx.min(wbits, features - rc * wbits).astype("int32")
+    out = te.compute(
+        (batch, units),
+        lambda n, o: te.sum(_pair_term(data[n, rc, ib], wgt[rc, jb, o], mode, nbits, (ib + jb).astype("int32")),
+                            axis=[rc, ib, jb]),
+        name="dense")
+    return [data, wgt], out
+
+
+# ---- schedules --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CpuSchedule:
+    """Tile sizes per target family: `vec` output channels per vector, `xt` output pixels per tile.
+
+    xt x vec int32 accumulators stay in registers: 4 x 8 = 8 NEON q registers of the A53's 32,
+    4 AVX2 ymm registers of x86's 16.
+    """
+
+    vec: int
+    xt: int
+
+
+SCHEDULES = {"aarch64": CpuSchedule(vec=8, xt=4), "x86_64": CpuSchedule(vec=8, xt=4)}
+
+
+def _divisor(n: int, at_most: int) -> int:
+    """Largest factor of n not above at_most: tiles stay exact, so no predicated (scalar) tails."""
+    return max(d for d in range(1, min(n, at_most) + 1) if n % d == 0)
+
+
+def _arch_schedule(arch: str) -> CpuSchedule:
+    try:
+        return SCHEDULES[arch]
+    except KeyError:
+        raise CompileError(f"bitserial ops: no schedule for architecture '{arch}' "
+                           f"(have {sorted(SCHEDULES)})") from None
+
+
+def _schedule_tile(sch, blk, xt: int, vec: int, outer=()):
+    """conv block loops (n, y, x, f, ry, rx, rc, ib, jb) -> [n*y par], xo, fo, reduce..., xi, fi."""
+    n, y, x, f, *red = sch.get_loops(blk)[len(outer):]
+    xo, xi = sch.split(x, [None, xt])
+    fo, fi = sch.split(f, [None, vec])
+    sch.reorder(xo, fo, *red, xi, fi)
+    return n, y, xo, fo, red, xi, fi
+
+
+def schedule_conv2d(func, *, arch: str):
+    """Tile, vectorize over output channels, parallelize over rows; returns the scheduled PrimFunc."""
+    from tvm import s_tir
+
+    cfg = _arch_schedule(arch)
+    sch = s_tir.Schedule(func)
+    conv = sch.get_sblock("conv")
+    _, _, ow, o = (int(v) for v in sch.get(conv).writes[0].source.shape)
+    xt = _divisor(ow, cfg.xt)
+    fused = _has_block(sch, "pack")
+    if _has_block(sch, "pad"):
+        pad = sch.get_sblock("pad")
+        pl = sch.get_loops(pad)
+        sch.parallel(sch.fuse(pl[0], pl[1]))
+    if not fused:
+        vec = _divisor(o, cfg.vec)
+        cache = sch.cache_write(conv, 0, "local")
+        n_, y_, xo, fo, red, xi, fi = _schedule_tile(sch, conv, xt, vec)
+        sch.reorder(n_, y_, xo, fo)
+        sch.parallel(sch.fuse(n_, y_))
+        sch.reverse_compute_at(cache, fo)
+        sch.vectorize(sch.get_loops(cache)[-1])
+        sch.unroll(xi)
+        sch.vectorize(fi)
+        sch.decompose_reduction(conv, red[0])
+    else:
+        pack = sch.get_sblock("pack")
+        sch.compute_inline(sch.get_sblock("glue"))
+        pn, py, px, pw, pb, pk = sch.get_loops(pack)
+        pxo, pxi = sch.split(px, [None, xt])
+        sch.reorder(pn, py, pxo, pw, pxi, pb, pk)
+        sch.parallel(sch.fuse(pn, py))
+        sch.compute_at(conv, pw)
+        sch.set_scope(conv, 0, "local")  # one (xt, W) int32 tile per word: registers, not memory
+        wbits = WORD_BITS[str(sch.get(pack).writes[0].source.dtype)]
+        loops = _named_loops(sch, conv, skip=3, extents={"x": xt, "f": min(o, wbits), **_red_extents(sch, conv)})
+        vec = _divisor(min(o, wbits), cfg.vec) if o % wbits == 0 else 1
+        red = [loops[k] for k in ("ry", "rx", "rc", "ib", "jb") if k in loops]
+        inner = []
+        if "x" in loops:
+            sch.unroll(loops["x"])
+            inner.append(loops["x"])
+        if "f" in loops:
+            fo, fi = sch.split(loops["f"], [None, vec])
+            sch.reorder(fo, *red, *inner, fi)
+            if vec > 1:
+                sch.vectorize(fi)
+        else:
+            sch.reorder(*red, *inner)
+        if red:
+            sch.decompose_reduction(conv, red[0])
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+
+
+def _red_extents(sch, blk) -> dict[str, int]:
+    """Extents of the conv's reduction iterators (ry, rx, rc, ib, jb) from its block."""
+    from tvm import tirx
+
+    iters = [iv for iv in sch.get(blk).iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
+    return {k: int(iv.dom.extent) for k, iv in zip(("ry", "rx", "rc", "ib", "jb"), iters)}
+
+
+def _named_loops(sch, blk, *, skip: int, extents: dict[str, int]) -> dict:
+    """Name the loops compute_at made under `skip` outer loops; it drops unit-extent loops."""
+    names = [k for k, e in extents.items() if e > 1]
+    loops = sch.get_loops(blk)[skip:]
+    got = [int(sch.get(lp).extent) for lp in loops]
+    if got != [extents[k] for k in names]:
+        raise CompileError(f"bitserial conv2d schedule: unexpected loop nest {got} for {extents}")
+    return dict(zip(names, loops))
+
+
+def _has_block(sch, name: str) -> bool:
+    try:
+        sch.get_sblock(name)
+    except Exception:  # noqa: BLE001 - the schedule raises a generic error for unknown names
+        return False
+    return True
+
+
+def schedule_dense(func, *, arch: str):
+    """Vectorize over output units, parallel over unit tiles, accumulate in registers."""
+    from tvm import s_tir
+
+    cfg = _arch_schedule(arch)
+    sch = s_tir.Schedule(func)
+    blk = sch.get_sblock("dense")
+    units = int(sch.get(blk).writes[0].source.shape[1])
+    vec = _divisor(units, cfg.vec)
+    n, o, rc, ib, jb = sch.get_loops(blk)
+    oo, oi = sch.split(o, [None, vec])
+    sch.reorder(oo, n, rc, ib, jb, oi)
+    sch.parallel(oo)
+    sch.vectorize(oi)
+    sch.decompose_reduction(blk, rc)
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+
+
+# ---- build helpers ----------------------------------------------------------------------------
+
+def conv2d_prim_func(*, arch: str | None = None, **spec):
+    """A (scheduled when arch is given) PrimFunc for conv2d_compute(**spec)."""
+    from tvm import te
+
+    inputs, out = conv2d_compute(**spec)
+    func = te.create_prim_func([*inputs, out])
+    return schedule_conv2d(func, arch=arch) if arch else func
+
+
+def dense_prim_func(*, arch: str | None = None, **spec):
+    from tvm import te
+
+    inputs, out = dense_compute(**spec)
+    func = te.create_prim_func([*inputs, out])
+    return schedule_dense(func, arch=arch) if arch else func
+
+
+def build(func, *, target):
+    """Compile one PrimFunc for an edge_sdk Target; returns tvm's Executable (call ex.mod["main"])."""
+    import tvm
+
+    try:
+        return tvm.compile(tvm.IRModule({"main": func}), target=target.tvm_target())
+    except tvm.error.TVMError as e:
+        raise CompileError(f"bitserial op for target '{target.name}' failed to build: {e}") from e
