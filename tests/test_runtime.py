@@ -77,7 +77,8 @@ def _sha256(p: Path) -> str:
 def test_bundle_manifest_matches_files(arch):
     root = ensure_bundle(arch)
     meta = read_manifest(root)
-    on_disk = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()} - {"bundle.json"}
+    on_disk = {p.relative_to(root).as_posix() for p in root.rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts} - {"bundle.json"}
     assert set(meta["files"]) == on_disk
     assert {"bin/edge-runner", "lib/libtvm_runtime.so", "lib/libtvm_ffi.so",
             "edge_sdk_runtime/loader.py"} <= on_disk
@@ -152,6 +153,8 @@ def test_run_host_matches_numpy(host_model):
     assert r.output.shape == (1, 10) and r.output.dtype == np.float32
     assert not r.emulated and len(r.latencies_ms) >= 5 and r.threads == 1
     assert r.raw["num_params"] == 2 and r.raw["tvm_version"] == bundle_mod.TVM_VERSION
+    r2 = run_compiled(lib=lib, params=params, input=X, arch=HOST, emulate_cpu=None, threads=2, repeat=1)
+    assert r2.raw["pool_threads"] == 2 and r.raw["pool_threads"] == 1
 
 
 @pytest.mark.slow
@@ -164,6 +167,29 @@ def test_run_pi3_under_qemu_matches_numpy(pi3_model):
                      repeat=3)
     np.testing.assert_allclose(r.output, _reference(X), rtol=1e-5, atol=1e-5)
     assert r.emulated and r.command[:3] == ["qemu-aarch64", "-cpu", "cortex-a53"]
+
+
+@pytest.mark.slow
+def test_uint8_input_and_int32_output(tmp_path):
+    """The runner's .npy reader/writer beyond float32: uint8 in, int32 out, a 2-D shape."""
+    import tvm
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 3), "uint8"))
+    p = relax.Var("p0000", relax.TensorType((3,), "int32"))
+    with bb.function("main", [x, p]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.add(relax.op.astype(x, "int32"), p))
+        bb.emit_func_output(y)
+    lib, params = tmp_path / "u8.so", tmp_path / "u8.bin"
+    tvm.compile(bb.get(), "llvm").export_library(str(lib))
+    bias = np.array([-300, 0, 7], np.int32)
+    tvm.runtime.save_param_dict_to_file({"p0000": tvm.runtime.tensor(bias)}, str(params))
+    xs = np.array([[0, 1, 255], [10, 200, 3]], np.uint8)
+    r = run_compiled(lib=lib, params=params, input=xs, arch=HOST, emulate_cpu=None, repeat=1)
+    assert r.output.dtype == np.int32
+    np.testing.assert_array_equal(r.output, xs.astype(np.int32) + bias)
 
 
 @pytest.mark.slow
@@ -224,7 +250,7 @@ def test_loader_runs_without_tvm(tmp_path, host_model):
         "assert 'tvm' not in sys.modules and 'edge_sdk' not in sys.modules, sorted(sys.modules)\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
-    proc = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, env=env,
+    proc = subprocess.run([sys.executable, "-I", "-B", "-c", script], capture_output=True, text=True, env=env,
                           check=False)
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), _reference(X), rtol=1e-5, atol=1e-5)

@@ -46,7 +46,7 @@ _SYSTEM_LIBS = frozenset({
 # Newest symbol versions bookworm provides (glibc 2.36, gcc 12).
 _SYSTEM_MAX = {"GLIBC": (2, 36), "GLIBCXX": (3, 4, 30), "CXXABI": (1, 3, 13)}
 _HERE = Path(__file__).resolve().parent
-_BUILD_REV = "1"  # bump when the build recipe below changes
+_BUILD_REV = "2"  # bump when the build recipe below changes
 
 
 def cache_root() -> Path:
@@ -72,6 +72,7 @@ def ensure_bundle(arch: str, *, rebuild: bool = False) -> Path:
                 continue
     runtime_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".build-{arch}-", dir=runtime_dir))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; the device install may be shared
     try:
         meta = _build(tmp, arch, cxx, key)
         final = runtime_dir / f"{meta['version']}-{arch}"
@@ -93,7 +94,7 @@ def bundle_archive(arch: str, *, rebuild: bool = False) -> Path:
         return out
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT, compresslevel=6) as tar:
-        for path in [root, *sorted(root.rglob("*"))]:
+        for path in [root, *sorted(p for p in root.rglob("*") if "__pycache__" not in p.parts)]:
             rel = path.relative_to(root).as_posix()
             info = tar.gettarinfo(str(path), arcname=root.name if rel == "." else f"{root.name}/{rel}")
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "root", "root"
@@ -113,10 +114,14 @@ def read_manifest(bundle: Path) -> dict:
 
 
 def verify_bundle(bundle: Path) -> list[str]:
-    """Problems found (empty when every file matches bundle.json and nothing extra is there)."""
+    """Problems found (empty when every file matches bundle.json and nothing extra is there).
+
+    Deploy can run the same check on the device before switching to a bundle."""
     meta = read_manifest(bundle)
     problems = []
-    present = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()}
+    # Python on the device writes __pycache__ next to loader.py: not part of the bundle.
+    present = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts}
     for rel, info in meta["files"].items():
         p = bundle / rel
         if not p.is_file():
@@ -172,6 +177,9 @@ def _build(root: Path, arch: str, cxx: str, key: str) -> dict:
         '"""edge-sdk device runtime: `from edge_sdk_runtime.loader import load`."""\n')
     cmd = [
         cxx, "-std=c++17", "-O2", "-s", "-fPIE", "-pie",
+        # Header paths end up in error messages; map them so the binary (and so the version)
+        # does not depend on where the cache or the checkout is.
+        f"-ffile-prefix-map={src}=/wheel", f"-ffile-prefix-map={_HERE}=/edge_sdk/runtime",
         f"-I{src / 'tvm_ffi/include'}",
         f'-DEDGE_TVM_VERSION="{TVM_VERSION}"', f'-DEDGE_TVM_FFI_VERSION="{TVM_FFI_VERSION}"',
         str(_HERE / "runner.cc"), "-o", str(root / "bin/edge-runner"),

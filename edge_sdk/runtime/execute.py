@@ -16,6 +16,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,12 +43,13 @@ class RunResult:
     emulated: bool
     command: list[str]
     bundle_version: str
+    wall_ms: float  # the whole runner process, start-up (loading libtvm_runtime) included
     raw: dict = field(repr=False)
 
     def __str__(self) -> str:
         where = f"{self.arch}, emulated" if self.emulated else self.arch
         return (f"median {self.median_ms:.3f} ms over {len(self.latencies_ms)} runs ({where}, "
-                f"{self.threads} thread(s)); load {self.load_ms:.1f} ms, first run {self.first_ms:.2f} ms; "
+                f"{self.threads} thread(s)); load {self.load_ms:.1f} ms, process {self.wall_ms:.0f} ms, first run {self.first_ms:.2f} ms; "
                 f"output {self.output.dtype}{list(self.output.shape)}")
 
 
@@ -91,14 +93,16 @@ def run_compiled(*, lib: Path, params: Path, input: np.ndarray, arch: str, emula
     env["TVM_NUM_THREADS"] = str(threads)
     with tempfile.TemporaryDirectory(prefix="edge-run-") as tmp:
         in_path, out_path = Path(tmp) / "input.npy", Path(tmp) / "output.npy"
-        np.save(in_path, np.asarray(input), allow_pickle=False)
+        np.save(in_path, np.ascontiguousarray(input), allow_pickle=False)  # layout only, not values
         cmd = [*prefix, "--lib", str(lib.resolve()), "--params", str(params.resolve()),
                "--input", str(in_path), "--output", str(out_path), "--warmup", str(warmup),
                "--repeat", str(repeat), "--min-time-ms", str(min_time_ms), "--threads", str(threads)]
+        t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired as e:
             raise RuntimeFailure(f"{lib}: edge-runner ({arch}) did not finish within {timeout_s:.0f} s") from e
+        wall_ms = (time.perf_counter() - t0) * 1e3
         if proc.returncode != 0:
             raise RuntimeFailure(f"{lib}: edge-runner ({arch}{', qemu' if emulated else ''}) failed with exit code "
                                  f"{proc.returncode}:\n{proc.stderr.strip()[-4000:]}")
@@ -119,5 +123,6 @@ def run_compiled(*, lib: Path, params: Path, input: np.ndarray, arch: str, emula
         emulated=emulated,
         command=cmd,
         bundle_version=read_manifest(bundle)["version"],
+        wall_ms=wall_ms,
         raw=raw,
     )

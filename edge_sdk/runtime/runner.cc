@@ -278,6 +278,9 @@ int Run(const Options& o) {
   size_t m = sorted.size();
   double median = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
 
+  // What the runtime's pool actually uses (it read TVM_NUM_THREADS when it started).
+  int64_t pool_threads = -1;
+  if (auto nt = ffi::Function::GetGlobal("runtime.NumThreads")) pool_threads = (*nt)().cast<int64_t>();
   ffi::Tensor out = AsTensor(rv);
   std::vector<int64_t> oshape(out.shape().begin(), out.shape().end());
   DLDataType odt = out.dtype();
@@ -293,7 +296,7 @@ int Run(const Options& o) {
   js << std::fixed << "{\"load_ms\": " << load_ms << ", \"first_ms\": " << first_ms
      << ", \"latencies_ms\": [";
   for (size_t i = 0; i < lat.size(); ++i) js << (i ? ", " : "") << lat[i];
-  js << "], \"median_ms\": " << median << ", \"threads\": " << o.threads
+  js << "], \"median_ms\": " << median << ", \"threads\": " << o.threads << ", \"pool_threads\": " << pool_threads
      << ", \"warmup\": " << o.warmup << ", \"num_params\": " << keys.size()
      << ", \"output_shape\": " << ShapeStr(oshape, false) << ", \"output_dtype\": \""
      << DTypeName(odt) << "\", \"tvm_version\": \"" << EDGE_TVM_VERSION
