@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import secrets
 import shutil
 import signal
@@ -164,8 +165,13 @@ class LoopbackFleet:
         """Stop every server (and its open sessions), delete the users and what start() wrote."""
         for dev in self.devices:
             self.stop_device(dev.name)
+        problems = []
         for dev in self.devices:
-            _run(["userdel", dev.user], check=False, retry_lock=True)
+            # -f: a zombie left to init (a command orphaned before we stopped the device) still
+            # counts as the user's process, and init reaps it in its own time
+            p = _run(["userdel", "-f", dev.user], check=False, retry_lock=True)
+            if p.returncode not in (0, 6):  # 6: no such user (never created)
+                problems.append(f"userdel {dev.user}: {p.stderr.strip()}")
             shutil.rmtree(dev.dir, ignore_errors=True)
         for name in (STATE, "fleet.yaml", "known_hosts", "client_ed25519", "client_ed25519.pub"):
             (self.root / name).unlink(missing_ok=True)
@@ -173,17 +179,25 @@ class LoopbackFleet:
             self.root.rmdir()  # only if nothing else was put there
         except OSError:
             pass
+        if problems:
+            raise LoopbackError("stopped, but: " + "; ".join(problems))
 
     def stop_device(self, name: str) -> None:
         """Take one device down: its sshd and every session it serves end (a dead Pi)."""
         dev = self[name]
         proc = self._procs.pop(name, None)
         if dev.pid and _is_our_sshd(dev.pid, dev.config):
-            try:
-                os.killpg(dev.pid, signal.SIGTERM)  # the listener and its per-connection children
-            except ProcessLookupError:
-                pass
+            # sshd's per-connection children call setsid(), so the listener's process group does
+            # not hold them: kill them by parentage, children before parents, so that each is
+            # reaped by its living parent (an orphan's zombie would wait for init, and a zombie
+            # still owned by the device user makes userdel refuse)
+            for pid in reversed(_descendants(dev.pid)):
+                _kill_quietly(pid)  # a cut connection, as when a Pi loses power
+                _wait_reaped(pid)
+            os.kill(dev.pid, signal.SIGTERM)
             _wait_gone(dev.pid, proc)
+        for pid in _processes_of(dev.user):  # commands orphaned by a closed channel keep running
+            _kill_quietly(pid)
         dev.pid = None
         if (self.root / STATE).exists():
             self._save()
@@ -264,7 +278,8 @@ def _run(argv: list[str], *, check: bool = True, retry_lock: bool = False) -> su
     for attempt in range(50):
         p = subprocess.run(argv, capture_output=True, text=True)
         # useradd/userdel fail while another process holds /etc/passwd's lock: wait and retry
-        if not (retry_lock and p.returncode != 0 and "lock" in p.stderr.lower()):
+        transient = "lock" in p.stderr.lower()
+        if not (retry_lock and p.returncode != 0 and transient):
             break
         time.sleep(0.05 + 0.01 * attempt)
     if check and p.returncode != 0:
@@ -304,15 +319,62 @@ def _wait_gone(pid: int, proc: subprocess.Popen | None, timeout: float = 5.0) ->
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(pid, signal.SIGKILL)
+            _kill_quietly(pid)
             proc.wait()
         return
     deadline = time.monotonic() + timeout
     while _alive(pid):
         if time.monotonic() > deadline:
-            os.killpg(pid, signal.SIGKILL)
+            _kill_quietly(pid)
             deadline += timeout
         time.sleep(0.01)
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def _processes_of(user: str) -> list[int]:
+    """Live (non-zombie) processes of a device user: all ours, since the user is unique to the fleet."""
+    try:
+        uid = pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return []
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid and _alive(int(entry)):
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
+def _wait_reaped(pid: int, timeout: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
+def _kill_quietly(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _alive(pid: int) -> bool:
