@@ -1,0 +1,144 @@
+"""Float32 lowering: a Relax model -> a Relax VM executable running our scheduled kernels + params.
+
+    compile_relax(mod, target) -> (executable, {"p0000": weights, ...})
+
+Steps (each one a Relax pass over "main"):
+1. prepare: drop the importer's "params" attribute, decompose batch norm into elementwise ops,
+   convert convs/pools to NHWC (ONNX graphs arrive NCHW), fold constants.
+2. KernelRewriter (ops/fuse.py): conv2d / depthwise / dense (+ folded BN, bias, residual, ReLU/clip)
+   and pools become call_tir to PrimFuncs we scheduled (ops/conv2d.py, depthwise.py, pool.py);
+   weights are folded and pre-packed at compile time.
+3. TVM's default CPU legalization + fusion for the small rest (reshape, softmax, add, ...).
+4. lift_params: every tensor constant left in "main" becomes a parameter p0000, p0001, ... in call
+   order, so weights ship in params.bin and the .so holds only code.
+5. tvm.compile with the stock dataflow-lowering and VM finalization passes.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from edge_sdk.errors import CompileError
+
+# Our kernels replace these; anything else (softmax, reshape, add, ...) keeps TVM's legalization.
+_NHWC_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
+_HEAVY_OPS = ("relax.nn.conv2d", "relax.matmul", "relax.nn.max_pool2d", "relax.nn.avg_pool2d")
+
+
+def prepare(mod: tvm.IRModule) -> tvm.IRModule:
+    """Normalize the imported graph into what KernelRewriter matches: NHWC, BN decomposed, folded."""
+    func = mod["main"]
+    if func.attrs is not None and "params" in func.attrs:
+        mod = tvm.IRModule({**{gv: f for gv, f in mod.functions_items()}})
+        mod["main"] = func.without_attr("params")
+    nchw = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: nchw.append(1) if (
+        isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.nn.conv2d"
+        and e.attrs.data_layout != "NHWC") else None)
+    seq = tvm.transform.Sequential([
+        relax.transform.Normalize(),
+        relax.transform.DecomposeOpsForInference(),
+        *([relax.transform.ConvertLayout(_NHWC_LAYOUTS)] if nchw else []),
+        relax.transform.Normalize(),
+        relax.transform.FoldConstant(),
+        relax.transform.CanonicalizeBindings(),
+        relax.transform.DeadCodeElimination(["main"]),
+    ])
+    return seq(mod)
+
+
+def rewrite_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> tuple[tvm.IRModule, dict]:
+    """Swap matched chains for our scheduled kernels; returns the module and counts per kind."""
+    from edge_sdk.compiler.ops.common import simd_of
+    from edge_sdk.compiler.ops.fuse import KernelRewriter
+
+    rewriter = KernelRewriter(mod, simd_of(target))
+    mod = rewriter.rewrite()
+    mod = relax.transform.DeadCodeElimination(["main"])(mod)
+    return mod, dict(rewriter.counts)
+
+
+@mutator
+class _ConstLifter(PyExprMutator):
+    """Replace each tensor constant in a function by a fresh parameter, in visiting (call) order."""
+
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.lifted: list[tuple[relax.Var, np.ndarray]] = []
+
+    def visit_generic_const_(self, const):
+        if len(const.value.shape) == 0:
+            return const
+        var = relax.Var(f"p{len(self.lifted):04d}", const.ty)
+        self.lifted.append((var, const.value.numpy()))
+        return var
+
+
+def lift_params(mod: tvm.IRModule) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
+    """main(x) with constants inside -> main(x, p0000, p0001, ...) and the matching params dict."""
+    func = mod["main"]
+    lifter = _ConstLifter(mod)
+    body = lifter.visit_expr(func.body)
+    new_params = [v for v, _ in lifter.lifted]
+    attrs = dict(func.attrs) if func.attrs is not None else {}
+    attrs["num_input"] = len(func.params)
+    new = relax.Function(list(func.params) + new_params, body, func.ret_ty, func.is_pure,
+                         tvm.ir.make_node("ir.DictAttrs", **attrs))
+    out = tvm.IRModule({gv: f for gv, f in mod.functions_items()})
+    out["main"] = new
+    return out, {v.name: arr for v, arr in lifter.lifted}
+
+
+def unscheduled_heavy_ops(mod: tvm.IRModule) -> list[str]:
+    """High-level heavy ops still in "main" after rewriting: they would run TVM's plain loops."""
+    found = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name in _HEAVY_OPS:
+            found.append(expr.op.name)
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return found
+
+
+def compile_relax(mod: tvm.IRModule, target, *, progress=None):
+    """Compile a float Relax model with our kernels.
+
+    mod: "main" takes one NHWC float32 input, weights bound as constants. target: an
+    edge_sdk.targets.Target. Returns (executable, params) where the executable's "main" takes
+    (input, p0000, p0001, ...) and params maps those names to numpy arrays.
+    """
+    say = progress or (lambda _msg: None)
+    tvm_target = target.tvm_target()
+    if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+        raise CompileError("the Relax module has no 'main' function")
+    t0 = time.perf_counter()
+    try:
+        with tvm_target:
+            mod = prepare(mod)
+            mod, counts = rewrite_kernels(mod, tvm_target)
+            left = unscheduled_heavy_ops(mod)
+            say("scheduled kernels: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))
+                + (f"; left to default loops: {', '.join(sorted(set(left)))}" if left else ""))
+            mod = tvm.transform.Sequential([
+                relax.transform.LegalizeOps(),
+                relax.transform.AnnotateTIROpPattern(),
+                relax.transform.FoldConstant(),
+                relax.transform.FuseOps(),
+                relax.transform.FuseTIR(),
+                relax.transform.DeadCodeElimination(["main"]),
+            ])(mod)
+            mod, params = lift_params(mod)
+        say(f"lifted {len(params)} parameters ({sum(a.nbytes for a in params.values()) / 1e6:.1f} MB)")
+        from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+        finish = tvm.transform.Sequential(cpu.dataflow_lower_passes(tvm_target) + cpu.finalize_passes(tvm_target))
+        ex = tvm.compile(mod, target=tvm_target, relax_pipeline=finish)
+    except (RuntimeError, ValueError) as err:  # TVM raises RuntimeError subclasses
+        raise CompileError(f"compiling for target '{target.name}' failed: {err}") from err
+    say(f"compiled for {target.name} in {time.perf_counter() - t0:.1f} s")
+    return ex, params

@@ -1,0 +1,97 @@
+"""What every scheduled op needs: the target's SIMD shape and the PrimFunc finishing touches.
+
+The schedules pick register tiles from a small table keyed by the vector ISA, read from the TVM
+target (mtriple/mcpu/mattr), so one compute definition serves NEON (Cortex-A53) and AVX2/AVX-512.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import s_tir, te
+
+
+@dataclass(frozen=True)
+class Simd:
+    """The register file a micro-kernel can use: `lanes` fp32 per vector, `regs` vector registers."""
+
+    isa: str
+    lanes: int
+    regs: int
+
+    @property
+    def nr(self) -> int:
+        """Output channels per GEMM register tile (two vectors wide)."""
+        return 2 * self.lanes
+
+    @property
+    def mr_max(self) -> int:
+        """Rows (pixels) per GEMM register tile: accumulators mr x 2 vectors, leaving room for A/B."""
+        return max(1, (self.regs - 2) // 2)
+
+
+def simd_of(target: tvm.target.Target) -> Simd:
+    """Read the vector ISA from the target; a target without SIMD still gets a (scalar) Simd."""
+    from tvm.target import codegen
+
+    triple = str(target.attrs.get("mtriple", ""))
+    if triple.startswith("aarch64") or triple.startswith("arm64"):
+        return Simd("neon", 4, 32)
+    if codegen.target_has_features("avx512f", target):
+        return Simd("avx512", 16, 32)
+    if codegen.target_has_features("avx2", target) or codegen.target_has_features("avx", target):
+        return Simd("avx2", 8, 16)
+    if triple.startswith("x86_64"):
+        return Simd("sse", 4, 16)
+    return Simd("scalar", 1, 16)
+
+
+def largest_divisor(n: int, limit: int) -> int:
+    """The largest d <= limit dividing n: register tiles divide their loop, so no tail predicates."""
+    for d in range(min(limit, n), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def round_up(n: int, m: int) -> int:
+    return (n + m - 1) // m * m
+
+
+def apply_epilogue(value, bias, act: tuple, residual=None):
+    """bias add, residual add, then ReLU / clip: the ops we fold into a conv's output write."""
+    value = value + bias if bias is not None else value
+    if residual is not None:
+        value = value + residual
+    if act[0] == "relu":
+        value = te.max(value, tvm.tirx.const(0.0, "float32"))
+    elif act[0] == "clip":
+        value = te.min(te.max(value, tvm.tirx.const(act[1], "float32")), tvm.tirx.const(act[2], "float32"))
+    return value
+
+
+def finish(sch: s_tir.Schedule, name: str) -> tvm.tirx.PrimFunc:
+    """Mark the scheduled PrimFunc so no later pass (dlight, fusion) re-schedules or merges it."""
+    func = sch.mod["main"]
+    return func.with_attrs({"global_symbol": name, "tirx.is_scheduled": True, "op_pattern": 8,
+                            "tirx.noalias": True})
+
+
+def tile_inner(sch: s_tir.Schedule, block, n_outer: int, spatial: list[int], red: list[int], *,
+               vec: bool) -> list:
+    """Order a computed-at accumulator block: reduction loops outside, then pixels (unrolled) and
+    lanes (vectorized when `vec`) innermost. `spatial`/`red` are the loop extents below the
+    compute_at point; compute_at drops unit loops, so those are skipped. Returns the reduction loops."""
+    inner = sch.get_loops(block)[n_outer:]
+    kinds = [("s", e) for e in spatial if e > 1] + [("r", e) for e in red if e > 1]
+    assert len(kinds) == len(inner), (kinds, len(inner))
+    s_loops = [lp for lp, (k, _) in zip(inner, kinds) if k == "s"]
+    r_loops = [lp for lp, (k, _) in zip(inner, kinds) if k == "r"]
+    if r_loops:
+        sch.reorder(*r_loops, *s_loops)
+    if s_loops and vec and spatial[-1] > 1:
+        sch.vectorize(s_loops[-1])
+        s_loops = s_loops[:-1]
+    for loop in s_loops:
+        sch.unroll(loop)
+    return r_loops

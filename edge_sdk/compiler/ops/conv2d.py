@@ -1,0 +1,147 @@
+"""Dense convolution (NHWC) and GEMM, float32, with the bias/residual/activation epilogue fused.
+
+Two kernels share one register-tile idea (a `mr` pixels x `nr` channels block of accumulators held in
+vector registers, swept over the reduction, then written once through the epilogue):
+
+- `gemm`: C[M, N] = A[M, K] @ W[K, N]. A 1x1 stride-1 conv is this GEMM on the (H*W, C) view of the
+  NHWC activation, and so is a dense layer (M = 1).
+- `conv2d_direct`: any KxK / stride, over a zero-padded copy of the input (TF SAME padding may be
+  asymmetric; the pad is part of the PrimFunc).
+
+Weights arrive pre-packed (see `pack_gemm_weight`, `pack_conv_weight`): output channels split into
+blocks of `nr`, innermost, so the micro-kernel reads one contiguous vector pair per reduction step.
+Output channels are padded to a multiple of `nr` with zero weights; the caller slices the tail off.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import s_tir, te
+
+from edge_sdk.compiler.ops.common import Simd, apply_epilogue, finish, largest_divisor, round_up, tile_inner
+
+
+def choose_nr(simd: Simd, m: int, n: int) -> int:
+    """Output channels per register tile: two vectors, or one when that avoids padding the
+    channels; a lone row (dense layer) has few accumulators per step, so it takes up to 8 vectors."""
+    lanes = simd.lanes
+    if m == 1:
+        vecs = round_up(n, lanes) // lanes
+        return lanes * max(d for d in range(1, 9) if vecs % d == 0)
+    if n % simd.nr == 0 or n % lanes != 0 and n > lanes:
+        return simd.nr
+    return lanes
+
+
+def pack_gemm_weight(w_kn: np.ndarray, nr: int) -> np.ndarray:
+    """(K, N) -> (ceil(N/nr), K, nr), zero-padded: contiguous nr-wide rows for the micro-kernel."""
+    k, n = w_kn.shape
+    npad = round_up(n, nr)
+    w = np.zeros((k, npad), dtype="float32")
+    w[:, :n] = w_kn
+    return np.ascontiguousarray(w.reshape(k, npad // nr, nr).transpose(1, 0, 2))
+
+
+def pack_conv_weight(w_hwio: np.ndarray, nr: int) -> np.ndarray:
+    """(KH, KW, CI, CO) -> (ceil(CO/nr), KH, KW, CI, nr), zero-padded."""
+    kh, kw, ci, co = w_hwio.shape
+    cpad = round_up(co, nr)
+    w = np.zeros((kh, kw, ci, cpad), dtype="float32")
+    w[..., :co] = w_hwio
+    return np.ascontiguousarray(w.reshape(kh, kw, ci, cpad // nr, nr).transpose(3, 0, 1, 2, 4))
+
+
+def pad_bias(bias: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros((n,), dtype="float32")
+    out[: bias.shape[0]] = bias
+    return out
+
+
+def gemm(m: int, k: int, npad: int, simd: Simd, *, act=("none",), residual=False, nr=None,
+         name="edge_gemm") -> tvm.tirx.PrimFunc:
+    """A (m, k) @ Wp (npad/nr, k, nr) + bias (npad,) [+ R (m, npad)] -> act -> (m, npad)."""
+    nr = nr or choose_nr(simd, m, npad)
+    mr = largest_divisor(m, simd.mr_max if nr <= simd.nr else max(1, simd.regs // (nr // simd.lanes) - 2))
+    a = te.placeholder((m, k), "float32", name="A")
+    w = te.placeholder((npad // nr, k, nr), "float32", name="W")
+    b = te.placeholder((npad,), "float32", name="bias")
+    r = te.placeholder((m, npad), "float32", name="R") if residual else None
+    rk = te.reduce_axis((0, k), name="k")
+    c = te.compute((m, npad), lambda i, j: te.sum(a[i, rk] * w[j // nr, rk, j % nr], axis=rk), name="C")
+    out = te.compute((m, npad), lambda i, j: apply_epilogue(
+        c[i, j], b[j], act, r[i, j] if residual else None), name="out")
+    args = [a, w, b] + ([r] if residual else []) + [out]
+    sch = s_tir.Schedule(te.create_prim_func(args))
+    cb, ob = sch.get_sblock("C"), sch.get_sblock("out")
+    i, j = sch.get_loops(ob)
+    mo, mi = sch.split(i, [None, mr])
+    no, ni = sch.split(j, [None, nr])
+    outer = [no, mo] if k * npad > m * k else [mo, no]  # keep the bigger operand's panel in cache
+    sch.reorder(*outer, mi, ni)
+    sch.compute_at(cb, outer[1])
+    sch.set_scope(cb, 0, "local")
+    sch.unroll(mi)
+    sch.vectorize(ni)
+    (ck,) = tile_inner(sch, cb, 2, [mr, nr], [k], vec=True)
+    sch.parallel(outer[0])
+    sch.decompose_reduction(cb, ck)
+    return finish(sch, name)
+
+
+def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, act=("none",),
+                  residual=False, name="edge_conv2d") -> tvm.tirx.PrimFunc:
+    """NHWC conv over packed weights (cpad/nr, KH, KW, CI, nr); padding = (top, left, bottom, right)."""
+    n, h, w_, ci = shape
+    kh, kw = kernel
+    sh, sw = strides
+    pt, pl, pb, pr = padding
+    oh = (h + pt + pb - kh) // sh + 1
+    ow = (w_ + pl + pr - kw) // sw + 1
+    nr = choose_nr(simd, 2, cpad)
+    mr = largest_divisor(ow, simd.mr_max if nr == simd.nr else simd.regs - 4)
+    x = te.placeholder(shape, "float32", name="X")
+    wt = te.placeholder((cpad // nr, kh, kw, ci, nr), "float32", name="W")
+    b = te.placeholder((cpad,), "float32", name="bias")
+    r = te.placeholder((n, oh, ow, cpad), "float32", name="R") if residual else None
+    if any(padding):
+        zero = tvm.tirx.const(0.0, "float32")
+        xp = te.compute(
+            (n, h + pt + pb, w_ + pl + pr, ci),
+            lambda a, y, z, c: tvm.tirx.if_then_else(
+                tvm.tirx.all(y >= pt, y < h + pt, z >= pl, z < w_ + pl), x[a, y - pt, z - pl, c], zero),
+            name="pad")
+    else:
+        xp = x
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    rc = te.reduce_axis((0, ci), name="rc")
+    c = te.compute(
+        (n, oh, ow, cpad),
+        lambda a, y, z, o: te.sum(
+            xp[a, y * sh + ry, z * sw + rx, rc] * wt[o // nr, ry, rx, rc, o % nr], axis=[ry, rx, rc]),
+        name="C")
+    out = te.compute((n, oh, ow, cpad), lambda a, y, z, o: apply_epilogue(
+        c[a, y, z, o], b[o], act, r[a, y, z, o] if residual else None), name="out")
+    args = [x, wt, b] + ([r] if residual else []) + [out]
+    sch = s_tir.Schedule(te.create_prim_func(args))
+    cb, ob = sch.get_sblock("C"), sch.get_sblock("out")
+    la, ly, lz, lo = sch.get_loops(ob)
+    zo, zi = sch.split(lz, [None, mr])
+    oo, oi = sch.split(lo, [None, nr])
+    sch.reorder(la, ly, zo, oo, zi, oi)
+    sch.compute_at(cb, oo)
+    sch.set_scope(cb, 0, "local")
+    sch.unroll(zi)
+    sch.vectorize(oi)
+    red = tile_inner(sch, cb, 4, [mr, nr], [kh, kw, ci], vec=True)
+    sch.parallel(sch.fuse(la, ly))
+    if red:
+        sch.decompose_reduction(cb, red[0])
+    if any(padding):
+        pblock = sch.get_sblock("pad")
+        pa, py, pz, pc = sch.get_loops(pblock)
+        sch.parallel(sch.fuse(pa, py))
+        if ci % simd.lanes == 0:
+            _, pcv = sch.split(pc, [None, simd.lanes])
+            sch.vectorize(pcv)
+    return finish(sch, name)

@@ -1,0 +1,70 @@
+"""Depthwise conv2d (NHWC, channel multiplier 1), float32, epilogue fused.
+
+Few FLOPs per byte, so the schedule is about streaming: channels innermost and vectorized, a short
+run of output pixels unrolled so each weight vector is reused from a register, rows in parallel.
+Weights come as (KH, KW, C) — the TFLite/Relax HWOI (KH, KW, C, 1) reshaped at compile time.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir, te
+
+from edge_sdk.compiler.ops.common import Simd, apply_epilogue, finish, largest_divisor, tile_inner
+
+
+def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, act=("none",), residual=False,
+                     name="edge_dwconv2d") -> tvm.tirx.PrimFunc:
+    """X (N,H,W,C) * W (KH,KW,C) + bias (C,) -> act; padding = (top, left, bottom, right)."""
+    n, h, w_, c = shape
+    kh, kw = kernel
+    sh, sw = strides
+    pt, pl, pb, pr = padding
+    oh = (h + pt + pb - kh) // sh + 1
+    ow = (w_ + pl + pr - kw) // sw + 1
+    cv = largest_divisor(c, 2 * simd.lanes)  # channels per step: up to two vectors
+    wr = largest_divisor(ow, 4)
+    x = te.placeholder(shape, "float32", name="X")
+    wt = te.placeholder((kh, kw, c), "float32", name="W")
+    b = te.placeholder((c,), "float32", name="bias")
+    r = te.placeholder((n, oh, ow, c), "float32", name="R") if residual else None
+    if any(padding):
+        zero = tvm.tirx.const(0.0, "float32")
+        xp = te.compute(
+            (n, h + pt + pb, w_ + pl + pr, c),
+            lambda a, y, z, k: tvm.tirx.if_then_else(
+                tvm.tirx.all(y >= pt, y < h + pt, z >= pl, z < w_ + pl), x[a, y - pt, z - pl, k], zero),
+            name="pad")
+    else:
+        xp = x
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    d = te.compute(
+        (n, oh, ow, c),
+        lambda a, y, z, k: te.sum(xp[a, y * sh + ry, z * sw + rx, k] * wt[ry, rx, k], axis=[ry, rx]),
+        name="D")
+    out = te.compute((n, oh, ow, c), lambda a, y, z, k: apply_epilogue(
+        d[a, y, z, k], b[k], act, r[a, y, z, k] if residual else None), name="out")
+    args = [x, wt, b] + ([r] if residual else []) + [out]
+    sch = s_tir.Schedule(te.create_prim_func(args))
+    db, ob = sch.get_sblock("D"), sch.get_sblock("out")
+    la, ly, lz, lk = sch.get_loops(ob)
+    zo, zi = sch.split(lz, [None, wr])
+    ko, ki = sch.split(lk, [None, cv])
+    sch.reorder(la, ly, zo, ko, zi, ki)
+    sch.compute_at(db, ko)
+    sch.set_scope(db, 0, "local")
+    sch.unroll(zi)
+    sch.vectorize(ki)
+    red = tile_inner(sch, db, 4, [wr, cv], [kh, kw], vec=True)
+    for loop in red:
+        sch.unroll(loop)
+    sch.parallel(sch.fuse(la, ly))
+    if red:
+        sch.decompose_reduction(db, red[0])
+    if any(padding):
+        pblock = sch.get_sblock("pad")
+        pa, py, pz, pc = sch.get_loops(pblock)
+        sch.parallel(sch.fuse(pa, py))
+        _, pcv = sch.split(pc, [None, largest_divisor(c, simd.lanes)])
+        sch.vectorize(pcv)
+    return finish(sch, name)

@@ -1,0 +1,316 @@
+"""Rewrite a float Relax graph so every heavy op runs one of our scheduled kernels.
+
+A conv2d / dense with constant weights, followed by any run of per-channel constant add / subtract /
+multiply / divide (bias, decomposed batch norm), at most one residual add, and a ReLU or clip, becomes
+ONE call_tir to a scheduled PrimFunc: scales fold into the weights and shifts into one bias vector
+(in numpy, at compile time), the weights are pre-packed for the micro-kernel, and the rest is the
+kernel's epilogue. Pools and spatial means become our pool kernel. Intermediate results of a chain
+must have no other user; everything we do not match is left for LegalizeOps.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from edge_sdk.compiler.ops import conv2d as conv_ops
+from edge_sdk.compiler.ops.common import Simd, round_up
+from edge_sdk.compiler.ops.depthwise import depthwise_conv2d
+from edge_sdk.compiler.ops.pool import pool2d
+
+_LINEAR = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide"}
+
+
+def _shape(expr) -> tuple[int, ...] | None:
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or str(ty.dtype) != "float32":
+        return None
+    try:
+        return tuple(int(d) for d in ty.shape.values)
+    except (TypeError, AttributeError):
+        return None
+
+
+def _scalar(expr) -> float:
+    """A clip bound: a PrimValue wrapping an IntImm/FloatImm (or, in some versions, a number)."""
+    while not isinstance(expr, (int, float)):
+        expr = expr.value
+    return float(expr)
+
+
+def _ints(values) -> list[int]:
+    return [int(v) for v in values]
+
+
+class _Graph:
+    """Bindings of main's dataflow blocks: what each var is bound to and how often it is used."""
+
+    def __init__(self, func: relax.Function):
+        self.value: dict = {}
+        self.uses: dict = {}
+        for block in func.body.blocks:
+            for b in block.bindings:
+                self.value[b.var] = b.value
+                self._count(b.value)
+        self._count(func.body.body)
+
+    def _count(self, expr) -> None:
+        if isinstance(expr, relax.Var):
+            self.uses[expr] = self.uses.get(expr, 0) + 1
+        elif isinstance(expr, relax.Call):
+            for a in expr.args:
+                self._count(a)
+        elif isinstance(expr, relax.Tuple):
+            for f in expr.fields:
+                self._count(f)
+        elif isinstance(expr, relax.TupleGetItem):
+            self._count(expr.tuple_value)
+
+    def const(self, expr) -> np.ndarray | None:
+        """The numpy value of a constant argument, looking through var bindings."""
+        while isinstance(expr, relax.Var) and expr in self.value:
+            expr = self.value[expr]
+        if isinstance(expr, tvm.ir.GenericConst):
+            return expr.value.numpy()
+        return None
+
+    def single_user(self, var, user_value) -> bool:
+        return isinstance(var, relax.DataflowVar) and self.uses.get(var, 0) == 1 and user_value is not None
+
+
+def _per_channel(arr: np.ndarray, cout: int) -> np.ndarray | None:
+    """A constant that broadcasts along the channel axis only, as a (cout,) vector."""
+    if arr.ndim > 4 or any(d != 1 for d in arr.shape[:-1]) or arr.size not in (1, cout):
+        return None
+    return np.broadcast_to(arr.reshape(-1).astype("float64"), (cout,)).copy()
+
+
+class _Chain:
+    """conv/dense head + folded epilogue: scale (on weights), bias, residual, activation."""
+
+    def __init__(self, cout: int, *, allow_residual: bool):
+        self.allow_residual = allow_residual
+        self.scale = np.ones(cout)
+        self.bias = np.zeros(cout)
+        self.residual = None
+        self.act = ("none",)
+        self.end = None  # the var whose binding the fused call replaces
+
+    def absorb(self, graph: _Graph, var, call, out_shape) -> bool:
+        """Fold `call` (which consumes `var`) into the epilogue if we can."""
+        op = call.op.name if isinstance(call.op, tvm.ir.Op) else None
+        cout = out_shape[-1]
+        if op in ("relax.nn.relu", "relax.clip") and self.act == ("none",):
+            if op == "relax.nn.relu":
+                self.act = ("relu",)
+            else:
+                self.act = ("clip", _scalar(call.args[1]), _scalar(call.args[2]))
+            return True
+        if op not in _LINEAR or self.act != ("none",) or len(call.args) != 2:
+            return False
+        a, b = call.args
+        other = b if a.same_as(var) else a if op in ("relax.add", "relax.multiply") else None
+        if other is None or other.same_as(var) or _shape(call) != tuple(out_shape):
+            return False
+        value = graph.const(other)
+        if value is None:
+            if (op == "relax.add" and self.allow_residual and self.residual is None
+                    and _shape(other) == tuple(out_shape)):
+                self.residual = other
+                return True
+            return False
+        if self.residual is not None:
+            return False
+        vec = _per_channel(value, cout)
+        if vec is None:
+            return False
+        if op == "relax.add":
+            self.bias += vec
+        elif op == "relax.subtract":
+            self.bias -= vec
+        elif op == "relax.multiply":
+            self.scale *= vec
+            self.bias *= vec
+        else:
+            self.scale /= vec
+            self.bias /= vec
+        return True
+
+
+@mutator
+class KernelRewriter(PyExprMutator):
+    """Replace matched chains by call_tir to our scheduled PrimFuncs (see module docstring)."""
+
+    def __init__(self, mod: tvm.IRModule, simd: Simd):
+        super().__init__(mod)
+        self.simd = simd
+        self.kernels: dict = {}
+        self.plans: dict = {}
+        self.counts: dict[str, int] = {}
+
+    def rewrite(self) -> tvm.IRModule:
+        func = self.builder_.get()["main"]
+        graph = _Graph(func)
+        for var, value in list(graph.value.items()):
+            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+                self._plan(graph, var, value)
+        new = self.visit_expr(func)
+        self.builder_.update_func(self.builder_.get().get_global_var("main"), new)
+        return self.builder_.get()
+
+    # -- planning -----------------------------------------------------------------------------
+    def _plan(self, graph: _Graph, var, call) -> None:
+        op = call.op.name
+        if op == "relax.nn.conv2d":
+            head = self._conv_head(graph, call)
+        elif op == "relax.matmul":
+            head = self._dense_head(graph, call)
+        elif op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.mean"):
+            head = self._pool_head(call)
+            if head is not None:
+                self.plans[var] = (head, None)
+            return
+        else:
+            return
+        if head is None:
+            return
+        out_shape = _shape(call)
+        cout = out_shape[-1]
+        m = int(np.prod(out_shape[:-1]))
+        chain = _Chain(cout, allow_residual=head["kind"] == "dw"
+                       or round_up(cout, conv_ops.choose_nr(self.simd, m, cout)) == cout)
+        chain.end = var
+        users = {v: val for v, val in graph.value.items() if isinstance(val, relax.Call)}
+        cur = var
+        while True:
+            nxt = [(v, c) for v, c in users.items() if any(a.same_as(cur) for a in c.args)]
+            if len(nxt) != 1 or not graph.single_user(cur, nxt[0]):
+                break
+            v, c = nxt[0]
+            if not chain.absorb(graph, cur, c, out_shape):
+                break
+            cur = chain.end = v
+        self.plans[chain.end] = (head, chain)
+
+    def _conv_head(self, graph, call):
+        attrs = call.attrs
+        shape, w = _shape(call.args[0]), graph.const(call.args[1])
+        if (shape is None or w is None or len(shape) != 4 or attrs.data_layout != "NHWC"
+                or attrs.out_layout != "NHWC" or _ints(attrs.dilation) != [1, 1]):
+            return None
+        w = np.transpose(w, [str(attrs.kernel_layout).index(ch) for ch in "HWIO"])
+        groups, ci = int(attrs.groups), shape[3]
+        pad = _ints(attrs.padding)
+        pad = pad * 2 if len(pad) == 2 else pad
+        common = dict(x=call.args[0], shape=shape, kernel=w.shape[:2], strides=_ints(attrs.strides), pad=pad)
+        if groups == 1:
+            return dict(kind="conv", w=w, **common)
+        if groups == ci and w.shape[2] == 1 and w.shape[3] == ci:
+            return dict(kind="dw", w=w.reshape(w.shape[0], w.shape[1], ci), **common)
+        return None
+
+    def _dense_head(self, graph, call):
+        shape, w = _shape(call.args[0]), graph.const(call.args[1])
+        if shape is None or w is None or len(shape) != 2 or w.ndim != 2:
+            return None
+        return dict(kind="dense", x=call.args[0], shape=shape, w=w.astype("float32"))
+
+    def _pool_head(self, call):
+        shape = _shape(call.args[0])
+        if shape is None or len(shape) != 4:
+            return None
+        if call.op.name == "relax.mean":
+            axes = sorted(int(a) % 4 for a in call.attrs.axis) if call.attrs.axis is not None else []
+            if axes != [1, 2]:
+                return None
+            return dict(kind="pool", pool="avg", x=call.args[0], shape=shape, kernel=shape[1:3],
+                        strides=[1, 1], pad=[0, 0, 0, 0], include_pad=True)
+        a = call.attrs
+        if (a.layout != "NHWC" or a.out_layout != "NHWC" or _ints(a.dilation) != [1, 1] or a.ceil_mode):
+            return None
+        pad = _ints(a.padding)
+        pad = pad * 2 if len(pad) == 2 else pad
+        kind = "max" if call.op.name == "relax.nn.max_pool2d" else "avg"
+        include = bool(getattr(a, "count_include_pad", False))
+        return dict(kind="pool", pool=kind, x=call.args[0], shape=shape, kernel=_ints(a.pool_size),
+                    strides=_ints(a.strides), pad=pad, include_pad=include)
+
+    # -- emission -----------------------------------------------------------------------------
+    def visit_var_binding_(self, binding) -> None:
+        plan = self.plans.get(binding.var)
+        if plan is None:
+            return super().visit_var_binding_(binding)
+        value = self._emit(*plan, _shape(binding.var))
+        self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(value)))
+        return None
+
+    def _kernel(self, key, make):
+        if key not in self.kernels:
+            name = f"edge_{key[0]}_{len(self.kernels)}"
+            self.kernels[key] = self.builder_.add_func(make(name), name)
+        return self.kernels[key]
+
+    def _emit(self, head, chain, out_shape):
+        kind = head["kind"]
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        x = self.visit_expr(head["x"])
+        if kind == "pool":
+            n, h, w, c = head["shape"]
+            key = ("pool", head["pool"], head["shape"], tuple(head["kernel"]), tuple(head["strides"]),
+                   tuple(head["pad"]), head["include_pad"])
+            gv = self._kernel(key, lambda name: pool2d(
+                head["shape"], head["pool"], head["kernel"], head["strides"], head["pad"], self.simd,
+                count_include_pad=head["include_pad"], name=name))
+            oh = (h + head["pad"][0] + head["pad"][2] - head["kernel"][0]) // head["strides"][0] + 1
+            ow = (w + head["pad"][1] + head["pad"][3] - head["kernel"][1]) // head["strides"][1] + 1
+            out = self.builder_.emit(relax.call_tir(gv, [x], relax.TensorType((n, oh, ow, c), "float32")))
+            return relax.op.reshape(out, out_shape) if tuple(out_shape) != (n, oh, ow, c) else out
+        w = head["w"]
+        cout = w.shape[-1]
+        w = (w * chain.scale.astype("float32")).astype("float32")
+        bias = chain.bias.astype("float32")
+        act = chain.act
+        res = self.visit_expr(chain.residual) if chain.residual is not None else None
+        if kind == "dw":
+            key = ("dw", head["shape"], tuple(w.shape[:2]), tuple(head["strides"]), tuple(head["pad"]),
+                   act, res is not None)
+            gv = self._kernel(key, lambda name: depthwise_conv2d(
+                head["shape"], w.shape[:2], head["strides"], head["pad"], self.simd, act=act,
+                residual=res is not None, name=name))
+            args = [x, relax.const(w), relax.const(bias)] + ([res] if res is not None else [])
+            return relax.call_tir(gv, args, relax.TensorType(out_shape, "float32"))
+        one_by_one = kind == "conv" and tuple(w.shape[:2]) == (1, 1) and head["strides"] == [1, 1] \
+            and not any(head["pad"])
+        if kind == "dense" or one_by_one:
+            wkn = w.reshape(-1, cout)
+            m = int(np.prod(head["shape"][:-1]))
+            nr = conv_ops.choose_nr(self.simd, m, cout)
+            npad = round_up(cout, nr)
+            key = ("gemm", m, wkn.shape[0], npad, nr, act, res is not None)
+            gv = self._kernel(key, lambda name: conv_ops.gemm(
+                m, wkn.shape[0], npad, self.simd, act=act, residual=res is not None, nr=nr, name=name))
+            a = x if kind == "dense" else self.builder_.emit(relax.op.reshape(x, (m, wkn.shape[0])))
+            args = [a, relax.const(conv_ops.pack_gemm_weight(wkn, nr)),
+                    relax.const(conv_ops.pad_bias(bias, npad))]
+            if res is not None:
+                args.append(self.builder_.emit(relax.op.reshape(res, (m, npad))))
+            out = self.builder_.emit(relax.call_tir(gv, args, relax.TensorType((m, npad), "float32")))
+            if npad != cout:
+                out = self.builder_.emit(relax.op.strided_slice(out, [1], [0], [cout]))
+            return relax.op.reshape(out, out_shape) if kind != "dense" else out
+        nr = conv_ops.choose_nr(self.simd, 2, cout)
+        cpad = round_up(cout, nr)
+        key = ("conv", head["shape"], tuple(w.shape[:2]), tuple(head["strides"]), tuple(head["pad"]),
+               cpad, act, res is not None)
+        gv = self._kernel(key, lambda name: conv_ops.conv2d_direct(
+            head["shape"], w.shape[:2], head["strides"], head["pad"], cpad, self.simd, act=act,
+            residual=res is not None, name=name))
+        args = [x, relax.const(conv_ops.pack_conv_weight(w, nr)), relax.const(conv_ops.pad_bias(bias, cpad))]
+        if res is not None:
+            args.append(res)
+        n, oh, ow, _ = out_shape
+        out = self.builder_.emit(relax.call_tir(gv, args, relax.TensorType((n, oh, ow, cpad), "float32")))
+        if cpad != cout:
+            out = relax.op.strided_slice(out, [3], [0], [cout])
+        return out

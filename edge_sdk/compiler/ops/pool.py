@@ -1,0 +1,71 @@
+"""2-D pooling (NHWC): max, average (TF: padding not counted), and the global mean.
+
+Same shape as the depthwise kernel without weights: channels innermost and vectorized, the window
+reduction in registers, rows in parallel. Windows wider than 3x3 (a global pool) stay rolled.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir, te
+
+from edge_sdk.compiler.ops.common import Simd, finish, largest_divisor, tile_inner
+
+
+def pool2d(shape, kind: str, kernel, strides, padding, simd: Simd, *, count_include_pad=False,
+           name="edge_pool2d") -> tvm.tirx.PrimFunc:
+    """kind "max" or "avg"; padding = (top, left, bottom, right); output (N, OH, OW, C)."""
+    n, h, w_, c = shape
+    kh, kw = kernel
+    sh, sw = strides
+    pt, pl, pb, pr = padding
+    oh = (h + pt + pb - kh) // sh + 1
+    ow = (w_ + pl + pr - kw) // sw + 1
+    cv = largest_divisor(c, 2 * simd.lanes)
+    x = te.placeholder(shape, "float32", name="X")
+    fill = tvm.tirx.min_value("float32") if kind == "max" else tvm.tirx.const(0.0, "float32")
+    if any(padding):
+        xp = te.compute(
+            (n, h + pt + pb, w_ + pl + pr, c),
+            lambda a, y, z, k: tvm.tirx.if_then_else(
+                tvm.tirx.all(y >= pt, y < h + pt, z >= pl, z < w_ + pl), x[a, y - pt, z - pl, k], fill),
+            name="pad")
+    else:
+        xp = x
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    reducer = te.max if kind == "max" else te.sum
+    acc = te.compute((n, oh, ow, c), lambda a, y, z, k: reducer(
+        xp[a, y * sh + ry, z * sw + rx, k], axis=[ry, rx]), name="acc")
+    if kind == "max":
+        out = te.compute((n, oh, ow, c), lambda a, y, z, k: acc[a, y, z, k], name="out")
+    else:
+        def count(y, z):
+            if count_include_pad or not any(padding):
+                return tvm.tirx.const(float(kh * kw), "float32")
+            y0, z0 = y * sh - pt, z * sw - pl
+            hy = tvm.tirx.min(y0 + kh, h) - tvm.tirx.max(y0, 0)
+            hz = tvm.tirx.min(z0 + kw, w_) - tvm.tirx.max(z0, 0)
+            return (hy * hz).astype("float32")
+
+        out = te.compute((n, oh, ow, c), lambda a, y, z, k: acc[a, y, z, k] / count(y, z), name="out")
+    sch = s_tir.Schedule(te.create_prim_func([x, out]))
+    ab, ob = sch.get_sblock("acc"), sch.get_sblock("out")
+    la, ly, lz, lk = sch.get_loops(ob)
+    ko, ki = sch.split(lk, [None, cv])
+    sch.reorder(la, ly, lz, ko, ki)
+    sch.compute_at(ab, ko)
+    sch.set_scope(ab, 0, "local")
+    sch.vectorize(ki)
+    red = tile_inner(sch, ab, 4, [cv], [kh, kw], vec=True)
+    if kh * kw <= 9:
+        for loop in red:
+            sch.unroll(loop)
+    sch.parallel(sch.fuse(la, ly))
+    if red:
+        sch.decompose_reduction(ab, red[0])
+    if any(padding):
+        pa, py, pz, pc = sch.get_loops(sch.get_sblock("pad"))
+        sch.parallel(sch.fuse(pa, py))
+        _, pcv = sch.split(pc, [None, largest_divisor(c, simd.lanes)])
+        sch.vectorize(pcv)
+    return finish(sch, name)
