@@ -49,9 +49,7 @@ KbdInteractiveAuthentication no
 PermitRootLogin no
 AllowUsers {user}
 Subsystem sftp internal-sftp
-UseDNS no
 PrintMotd no
-PrintLastLog no
 MaxStartups 64:30:128
 MaxSessions 32
 LogLevel VERBOSE
@@ -71,21 +69,10 @@ class LoopDevice:
     dir: str
     pid: int | None = None
 
-    @property
-    def home(self) -> Path:
-        return Path(self.dir) / "home"
-
-    @property
-    def config(self) -> Path:
-        return Path(self.dir) / "sshd_config"
-
-    @property
-    def log(self) -> Path:
-        return Path(self.dir) / "sshd.log"
-
-    @property
-    def host_key_file(self) -> Path:
-        return Path(self.dir) / "ssh_host_ed25519_key"
+    home = property(lambda self: Path(self.dir) / "home")
+    config = property(lambda self: Path(self.dir) / "sshd_config")
+    log = property(lambda self: Path(self.dir) / "sshd.log")
+    host_key_file = property(lambda self: Path(self.dir) / "ssh_host_ed25519_key")
 
     def public_host_key(self) -> str:
         """'ssh-ed25519 AAAA...' as a fleet file's host_key or a known_hosts line takes it."""
@@ -108,10 +95,7 @@ class LoopbackFleet:
         return self.root / "client_ed25519"
 
     def __getitem__(self, name: str) -> LoopDevice:
-        for d in self.devices:
-            if d.name == name:
-                return d
-        raise KeyError(name)
+        return {d.name: d for d in self.devices}[name]
 
     # -- life cycle ------------------------------------------------------------------------
     @classmethod
@@ -193,7 +177,9 @@ class LoopbackFleet:
             # still owned by the device user makes userdel refuse)
             for pid in reversed(_descendants(dev.pid)):
                 _kill_quietly(pid)  # a cut connection, as when a Pi loses power
-                _wait_reaped(pid)
+                deadline = time.monotonic() + 0.5
+                while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                    time.sleep(0.002)  # until its parent has reaped it
             os.kill(dev.pid, signal.SIGTERM)
             _wait_gone(dev.pid, proc)
         for pid in _processes_of(dev.user):  # commands orphaned by a closed channel keep running
@@ -362,12 +348,6 @@ def _processes_of(user: str) -> list[int]:
             except OSError:
                 continue
     return out
-
-
-def _wait_reaped(pid: int, timeout: float = 0.5) -> None:
-    deadline = time.monotonic() + timeout
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.002)
 
 
 def _kill_quietly(pid: int) -> None:
