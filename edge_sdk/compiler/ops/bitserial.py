@@ -64,11 +64,16 @@ def bitpack(x, *, bits: int, word: str = "uint32", name: str = "bitpack"):
 
 
 def _pair_term(a, w, mode: str, nbits, shift):
-    """One (word, bit-plane pair) term, in int32: popcounts are cast before they are subtracted."""
+    """One (word, bit-plane pair) term, in int32: popcounts are cast before they are subtracted.
+
+    unipolar: popcount(a & w) - popcount(a & ~w) == 2 * popcount(a & w) - popcount(a); the right side
+    is computed, since popcount(a) does not depend on the output channel (the vector lanes): one
+    vector popcount per term instead of two.
+    """
     from tvm import tirx
 
     if mode == "unipolar":
-        t = tirx.popcount(a & w).astype("int32") - tirx.popcount(a & ~w).astype("int32")
+        t = 2 * tirx.popcount(a & w).astype("int32") - tirx.popcount(a).astype("int32")
     else:
         t = nbits - 2 * tirx.popcount(a ^ w).astype("int32")
     return t << shift
@@ -185,15 +190,6 @@ def _arch_schedule(arch: str) -> CpuSchedule:
                            f"(have {sorted(SCHEDULES)})") from None
 
 
-def _schedule_tile(sch, blk, xt: int, vec: int, outer=()):
-    """conv block loops (n, y, x, f, ry, rx, rc, ib, jb) -> [n*y par], xo, fo, reduce..., xi, fi."""
-    n, y, x, f, *red = sch.get_loops(blk)[len(outer):]
-    xo, xi = sch.split(x, [None, xt])
-    fo, fi = sch.split(f, [None, vec])
-    sch.reorder(xo, fo, *red, xi, fi)
-    return n, y, xo, fo, red, xi, fi
-
-
 def schedule_conv2d(func, *, arch: str):
     """Tile, vectorize over output channels, parallelize over rows; returns the scheduled PrimFunc."""
     from tvm import s_tir
@@ -203,49 +199,64 @@ def schedule_conv2d(func, *, arch: str):
     conv = sch.get_sblock("conv")
     _, _, ow, o = (int(v) for v in sch.get(conv).writes[0].source.shape)
     xt = _divisor(ow, cfg.xt)
-    fused = _has_block(sch, "pack")
-    if _has_block(sch, "pad"):
-        pad = sch.get_sblock("pad")
-        pl = sch.get_loops(pad)
+    if _has_block(sch, "pad"):  # unipolar with padding: a cheap pass over the small packed input
+        pl = sch.get_loops(sch.get_sblock("pad"))
         sch.parallel(sch.fuse(pl[0], pl[1]))
-    if not fused:
-        vec = _divisor(o, cfg.vec)
-        cache = sch.cache_write(conv, 0, "local")
-        n_, y_, xo, fo, red, xi, fi = _schedule_tile(sch, conv, xt, vec)
-        sch.reorder(n_, y_, xo, fo)
-        sch.parallel(sch.fuse(n_, y_))
-        sch.reverse_compute_at(cache, fo)
-        sch.vectorize(sch.get_loops(cache)[-1])
-        sch.unroll(xi)
-        sch.vectorize(fi)
-        sch.decompose_reduction(conv, red[0])
+    if _has_block(sch, "pack"):
+        _schedule_fused(sch, conv, o=o, xt=xt, cfg=cfg)
     else:
-        pack = sch.get_sblock("pack")
-        sch.compute_inline(sch.get_sblock("glue"))
-        pn, py, px, pw, pb, pk = sch.get_loops(pack)
-        pxo, pxi = sch.split(px, [None, xt])
-        sch.reorder(pn, py, pxo, pw, pxi, pb, pk)
-        sch.parallel(sch.fuse(pn, py))
-        sch.compute_at(conv, pw)
-        sch.set_scope(conv, 0, "local")  # one (xt, W) int32 tile per word: registers, not memory
-        wbits = WORD_BITS[str(sch.get(pack).writes[0].source.dtype)]
-        loops = _named_loops(sch, conv, skip=3, extents={"x": xt, "f": min(o, wbits), **_red_extents(sch, conv)})
-        vec = _divisor(min(o, wbits), cfg.vec) if o % wbits == 0 else 1
-        red = [loops[k] for k in ("ry", "rx", "rc", "ib", "jb") if k in loops]
-        inner = []
-        if "x" in loops:
-            sch.unroll(loops["x"])
-            inner.append(loops["x"])
-        if "f" in loops:
-            fo, fi = sch.split(loops["f"], [None, vec])
-            sch.reorder(fo, *red, *inner, fi)
-            if vec > 1:
-                sch.vectorize(fi)
-        else:
-            sch.reorder(*red, *inner)
-        if red:
-            sch.decompose_reduction(conv, red[0])
+        _schedule_int32(sch, conv, o=o, xt=xt, cfg=cfg)
     return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+
+
+def _schedule_int32(sch, conv, *, o: int, xt: int, cfg: CpuSchedule) -> None:
+    """[n*y parallel], xo, fo, ry, rx, rc, ib, jb, xi (unrolled), fi (vector): an xt x vec register tile."""
+    vec = _divisor(o, cfg.vec)
+    cache = sch.cache_write(conv, 0, "local")
+    n, y, x, f, *red = sch.get_loops(conv)
+    xo, xi = sch.split(x, [None, xt])
+    fo, fi = sch.split(f, [None, vec])
+    sch.reorder(n, y, xo, fo, *red, xi, fi)
+    sch.parallel(sch.fuse(n, y))
+    sch.reverse_compute_at(cache, fo)
+    sch.vectorize(sch.get_loops(cache)[-1])
+    sch.unroll(xi)
+    sch.vectorize(fi)
+    sch.decompose_reduction(conv, red[0])
+
+
+def _schedule_fused(sch, conv, *, o: int, xt: int, cfg: CpuSchedule) -> None:
+    """Per output word: the (xt, W) int32 conv tile, its glue (vectorized, once, not per bit plane),
+    then the bitpack; all three tiles are local to the word loop (bitpack fusion)."""
+    pack, glue = sch.get_sblock("pack"), sch.get_sblock("glue")
+    pn, py, px, pw, pb, pk = sch.get_loops(pack)
+    pxo, pxi = sch.split(px, [None, xt])
+    sch.reorder(pn, py, pxo, pw, pxi, pb, pk)
+    sch.parallel(sch.fuse(pn, py))
+    wbits = WORD_BITS[str(sch.get(pack).writes[0].source.dtype)]
+    sch.compute_at(glue, pw)
+    sch.compute_at(conv, pw)
+    sch.set_scope(conv, 0, "local")
+    sch.set_scope(glue, 0, "local")
+    full_words = o % wbits == 0  # a partial last word leaves predicated (scalar) loops
+    gl = _named_loops(sch, glue, skip=3, extents={"x": xt, "f": min(o, wbits)})
+    if "f" in gl and full_words:
+        sch.vectorize(gl["f"])
+    loops = _named_loops(sch, conv, skip=3, extents={"x": xt, "f": min(o, wbits), **_red_extents(sch, conv)})
+    vec = _divisor(min(o, wbits), cfg.vec) if full_words else 1
+    red = [loops[k] for k in ("ry", "rx", "rc", "ib", "jb") if k in loops]
+    inner = [loops["x"]] if "x" in loops else []
+    if inner:
+        sch.unroll(inner[0])
+    if "f" in loops:
+        fo, fi = sch.split(loops["f"], [None, vec])
+        sch.reorder(fo, *red, *inner, fi)
+        if vec > 1:
+            sch.vectorize(fi)
+    elif red:
+        sch.reorder(*red, *inner)
+    if red:
+        sch.decompose_reduction(conv, red[0])
 
 
 def _red_extents(sch, blk) -> dict[str, int]:
@@ -267,9 +278,11 @@ def _named_loops(sch, blk, *, skip: int, extents: dict[str, int]) -> dict:
 
 
 def _has_block(sch, name: str) -> bool:
+    from tvm.s_tir.schedule import ScheduleError
+
     try:
         sch.get_sblock(name)
-    except Exception:  # noqa: BLE001 - the schedule raises a generic error for unknown names
+    except ScheduleError:
         return False
     return True
 
