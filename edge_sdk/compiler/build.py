@@ -45,8 +45,23 @@ def versions() -> dict:
     return {"edge_sdk": __version__, "tvm": tvm.__version__, "tvm_ffi": tvm_ffi.__version__, "numpy": np.__version__}
 
 
+@dataclass
+class Lowered:
+    """What a variant family's backend hands back: the executable, its params, and the golden pair."""
+
+    executable: object  # tvm.runtime.Executable; "main" takes (input, p0000, p0001, ...)
+    params: dict[str, np.ndarray]
+    golden_input: np.ndarray
+    golden_output: np.ndarray
+    reference: str  # which independent engine computed golden_output
+    input_quantization: dict | None = None  # {"scale": s, "zero_point": z} for integer inputs
+    extra: dict | None = None  # family-specific manifest entries (bit widths, glue mode, ...)
+    rtol: float = GOLDEN_RTOL  # how close a run must come to golden_output (0, 0 for bit-exact integer paths)
+    atol: float = GOLDEN_ATOL
+
+
 def reference_output(model: Model, x: np.ndarray) -> tuple[np.ndarray, str]:
-    """The golden output, from an engine independent of our compiler."""
+    """The float golden output, from an engine independent of our compiler."""
     if model.source.endswith(".tflite"):
         from edge_sdk.runtime.litert import run_tflite
 
@@ -56,24 +71,43 @@ def reference_output(model: Model, x: np.ndarray) -> tuple[np.ndarray, str]:
     return evaluate(model.mod, x), "numpy"
 
 
+def lower_float(model: Model, variant: Variant, target: Target, *, progress, seed: int) -> Lowered:
+    from edge_sdk.compiler.lower import compile_relax
+
+    x = model.example_input(seed=seed)
+    golden, ref = reference_output(model, x)
+    progress(f"golden output from {ref}; lowering and building for {target.name}")
+    ex, params = compile_relax(model.mod, target, progress=progress)
+    return Lowered(ex, params, x, golden, ref)
+
+
+# Each variant family: a function (model, variant, target, *, progress, seed) -> Lowered.
+# int8 and bitserial register theirs from their own modules (see _backend).
+BACKENDS: dict[str, str] = {
+    "float": "edge_sdk.compiler.build:lower_float",
+    "int8": "edge_sdk.compiler.int8.backend:lower_int8",
+    "bitserial": "edge_sdk.compiler.bitserial_net:lower_bitserial",
+}
+
+
+def _backend(family: str):
+    import importlib
+
+    module, _, fn = BACKENDS[family].partition(":")
+    return getattr(importlib.import_module(module), fn)
+
+
 def compile_model(model: Model, *, variant: Variant, target: Target, out: Path,
                   progress: Callable[[str], None] | None = None, seed: int = 0) -> CompileResult:
     say = progress or (lambda _msg: None)
     fcompile = target.compiler()  # fails early, naming the Debian package, if the cross compiler is missing
     seconds: dict[str, float] = {}
 
-    t0 = time.perf_counter()
     layers = layer_table(model.mod)
-    say(f"reference run ({len(layers)} layers)")
-    x = model.example_input(seed=seed)
-    golden, ref_name = reference_output(model, x)
-    seconds["reference"] = time.perf_counter() - t0
-
-    from edge_sdk.compiler.lower import compile_relax
-
     t0 = time.perf_counter()
-    say(f"lowering and building for {target.name}")
-    ex, params = compile_relax(model.mod, target, progress=say)
+    say(f"{len(layers)} layers; reference run and build for {target.name}")
+    low = _backend(variant.family)(model, variant, target, progress=say, seed=seed)
+    ex, params, x, golden = low.executable, low.params, low.golden_input, low.golden_output
     seconds["build"] = time.perf_counter() - t0
 
     import tvm
@@ -99,15 +133,18 @@ def compile_model(model: Model, *, variant: Variant, target: Target, out: Path,
                        "peak_gflops": target.peak_gflops, "mem_gbps": target.mem_gbps},
             "versions": versions(),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "input": {"name": model.input_name, "shape": list(model.input_shape), "dtype": model.input_dtype,
-                      "layout": model.layout, "preprocess": model.preprocess.to_json(), "quantization": None},
+            "input": {"name": model.input_name, "shape": list(x.shape), "dtype": str(x.dtype),
+                      "layout": model.layout, "preprocess": model.preprocess.to_json(),
+                      "quantization": low.input_quantization},
             "output": {"shape": list(golden.shape), "dtype": str(golden.dtype)},
             "labels": model.labels,
             "params": {"count": len(params), "bytes": int(sum(v.nbytes for v in params.values()))},
             "layers": layers,
             "totals": {"flops": int(sum(r["flops"] for r in layers)),
                        "bytes": int(sum(r["bytes_read"] + r["bytes_written"] for r in layers))},
-            "golden": {"reference": ref_name, "seed": seed, "rtol": GOLDEN_RTOL, "atol": GOLDEN_ATOL},
+            "golden": {"reference": low.reference, "seed": seed, "rtol": low.rtol, "atol": low.atol},
+            "variant_info": {"family": variant.family, "weight_bits": variant.weight_bits,
+                             "activation_bits": variant.activation_bits, **(low.extra or {})},
         }
         files = {n: tmpd / n for n in ("model.so", "params.bin", "golden_input.npy", "golden_output.npy")}
         write_package(out, manifest=manifest, files=files)
