@@ -1,0 +1,393 @@
+"""Numpy reference of TFLite's integer-only int8 scheme: the truth the compiled int8 kernels are tested against.
+
+r = S * (q - Z). Activations: int8, per-tensor scale and zero point. Weights: int8, zero point 0,
+per-channel (or per-tensor) scales. Bias: int32 with scale S_in * S_w. Products accumulate in int32
+with the zero-point cross terms; the int32 accumulator is requantized by a fixed-point multiplier and
+a shift, rounded exactly as TFLite's reference kernels (gemmlowp: saturating rounding doubling high
+multiply, then rounding divide by a power of two); ReLU/ReLU6 are a clamp on the output range.
+
+Every function mirrors one TFLite reference kernel (tflite/kernels/internal/reference/...), including
+its quirks (C truncating division in average pool, float rounding of the activation range), because
+the goal is bit-exactness with the interpreter run with BUILTIN_REF kernels, not "close". Values are
+carried as int64 numpy arrays holding int32 quantities; accumulations use float64 matmuls, exact for
+|acc| < 2**53 (8-bit products, any realistic reduction length).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+INT8_MIN, INT8_MAX = -128, 127
+INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+# ---------------------------------------------------------------- rounding and fixed point (gemmlowp)
+
+
+def tflite_round(x):
+    """std::round (half away from zero) on float32/float64 values, as TfLiteRound; np.round is half-to-even."""
+    x = np.asarray(x)
+    t = np.trunc(x)
+    return t + np.where(np.abs(x - t) >= 0.5, np.sign(x), 0).astype(x.dtype)
+
+
+def quantize_multiplier(m: float) -> tuple[int, int]:
+    """QuantizeMultiplier: real m -> (int32 multiplier in [2^30, 2^31), shift) with m ~= mult * 2^(shift-31)."""
+    if m == 0.0:
+        return 0, 0
+    q, shift = math.frexp(m)
+    q_fixed = int(tflite_round(np.float64(q) * (1 << 31)))
+    if q_fixed == 1 << 31:
+        q_fixed //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return q_fixed, shift
+
+
+def _trunc_div_pot(v, bits: int):
+    """C integer division by 2**bits (truncation toward zero) on int64 arrays."""
+    v = np.asarray(v, dtype=np.int64)
+    return np.where(v >= 0, v >> bits, -((-v) >> bits))
+
+
+def srdhm(a, b):
+    """SaturatingRoundingDoublingHighMul on int32 values (ARM vqrdmulh)."""
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    ab = a * b
+    nudge = np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
+    out = _trunc_div_pot(ab + nudge, 31)
+    return np.where((a == b) & (a == INT32_MIN), INT32_MAX, out)
+
+
+def rounding_divide_by_pot(x, exponent):
+    """RoundingDivideByPOT: arithmetic right shift rounding to nearest, ties away from zero."""
+    x = np.asarray(x, dtype=np.int64)
+    exponent = np.asarray(exponent, dtype=np.int64)
+    mask = (np.int64(1) << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + (remainder > threshold)
+
+
+def multiply_by_quantized_multiplier(x, multiplier, shift):
+    """MultiplyByQuantizedMultiplier (double rounding, TFLite's default build); per-channel arrays broadcast."""
+    shift = np.asarray(shift, dtype=np.int64)
+    left = np.maximum(shift, 0)
+    right = np.maximum(-shift, 0)
+    x = np.asarray(x, dtype=np.int64) * (np.int64(1) << left)
+    return rounding_divide_by_pot(srdhm(x, multiplier), right)
+
+
+def _sat_mul_pot(x, exponent: int):
+    """SaturatingRoundingMultiplyByPOT<exponent> on int32 raw values."""
+    x = np.asarray(x, dtype=np.int64)
+    if exponent == 0:
+        return x
+    if exponent < 0:
+        return rounding_divide_by_pot(x, -exponent)
+    threshold = (1 << (31 - exponent)) - 1
+    return np.where(x > threshold, INT32_MAX, np.where(x < -threshold, INT32_MIN, x << exponent))
+
+
+def _exp_on_interval(a):
+    """gemmlowp exp_on_interval_between_negative_one_quarter_and_0_excl, Q0.31 in and out."""
+    constant_term, one_third = 1895147668, 715827883
+    x = a + (1 << 28)
+    x2 = srdhm(x, x)
+    x3 = srdhm(x2, x)
+    x4 = srdhm(x2, x2)
+    x4_over_4 = _sat_mul_pot(x4, -2)
+    poly = _sat_mul_pot(srdhm(x4_over_4 + x3, one_third) + x2, -1)
+    return constant_term + srdhm(constant_term, x + poly)
+
+
+_EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535),
+               (3, 720401), (4, 242))
+
+
+def exp_on_negative_values(a, integer_bits: int):
+    """gemmlowp exp_on_negative_values: a is Q(integer_bits).(31-integer_bits), a <= 0; result Q0.31."""
+    frac = 31 - integer_bits
+    a = np.asarray(a, dtype=np.int64)
+    one_quarter = 1 << (frac - 2)
+    mask = one_quarter - 1
+    a_mod = (a & mask) - one_quarter
+    result = _exp_on_interval(_sat_mul_pot(a_mod, integer_bits))  # Rescale<0>
+    remainder = a_mod - a
+    for exponent, mult in _EXP_BARREL:
+        if integer_bits > exponent:
+            bit = 1 << (frac + exponent)
+            result = np.where((remainder & bit) != 0, srdhm(result, mult), result)
+    if integer_bits > 5:
+        result = np.where(a < -(1 << (36 - integer_bits)), 0, result)
+    return np.where(a == 0, INT32_MAX, result)
+
+
+def one_over_one_plus_x_for_x_in_0_1(a):
+    """gemmlowp one_over_one_plus_x_for_x_in_0_1 (Newton-Raphson), Q0.31 in and out."""
+    a = np.asarray(a, dtype=np.int64)
+    s = a + INT32_MAX  # RoundingHalfSum(a, One) with One = INT32_MAX in Q0.31
+    half_denominator = np.where(s >= 0, (s + 1) // 2, -((-(s - 1)) // 2))
+    x = 1515870810 + srdhm(half_denominator, -1010580540)  # Q2.29
+    one_q2 = 1 << 29
+    for _ in range(3):
+        hx = srdhm(half_denominator, x)
+        x = x + _sat_mul_pot(srdhm(x, one_q2 - hx), 2)
+    return _sat_mul_pot(x, 1)  # Rescale<0>(ExactMulByPot<-1>(x)): Q1.30 -> Q0.31
+
+
+def get_reciprocal(x, x_integer_digits: int):
+    """TFLite GetReciprocal: (Q0.31 reciprocal of x scaled into [1, 2), num_bits_over_unit)."""
+    x = np.asarray(x, dtype=np.int64)
+    headroom_plus_one = 32 - np.frexp(np.maximum(x, 1).astype(np.float64))[1].astype(np.int64)  # clz(uint32)
+    num_bits_over_unit = x_integer_digits - headroom_plus_one
+    shifted_minus_one = ((x << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31)
+    return one_over_one_plus_x_for_x_in_0_1(shifted_minus_one), num_bits_over_unit
+
+
+# ---------------------------------------------------------------- quantization parameters
+
+
+@dataclass(frozen=True)
+class QParams:
+    """Quantization of one tensor: scale per tensor (shape ()) or per channel (shape (C,)), zero point."""
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: int = 0
+
+    @property
+    def per_channel(self) -> bool:
+        return np.asarray(self.scale).size > 1
+
+    @property
+    def s(self) -> float:
+        return float(np.asarray(self.scale, dtype=np.float32).reshape(-1)[0])
+
+    @property
+    def z(self) -> int:
+        return int(np.asarray(self.zero_point).reshape(-1)[0])
+
+
+def quantize(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    """QUANTIZE float32 -> int8 as reference AffineQuantize: round(x / scale) in float32, + zp, clamp."""
+    v = tflite_round(np.asarray(x, np.float32) / np.float32(scale)).astype(np.int64) + zero_point
+    return np.clip(v, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def dequantize(q: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    """DEQUANTIZE int8 -> float32: scale * (q - zp), one rounding to float32."""
+    return (np.float64(np.float32(scale)) * (q.astype(np.int64) - zero_point)).astype(np.float32)
+
+
+def activation_range(activation: str, scale: float, zero_point: int) -> tuple[int, int]:
+    """CalculateActivationRangeQuantized: the clamp that implements a fused NONE/RELU/RELU6/RELU_N1_TO_1."""
+    def q(f: float) -> int:
+        return zero_point + int(tflite_round(np.float32(f) / np.float32(scale)))
+    if activation == "NONE":
+        return INT8_MIN, INT8_MAX
+    if activation == "RELU":
+        return max(INT8_MIN, q(0.0)), INT8_MAX
+    if activation == "RELU6":
+        return max(INT8_MIN, q(0.0)), min(INT8_MAX, q(6.0))
+    if activation == "RELU_N1_TO_1":
+        return max(INT8_MIN, q(-1.0)), min(INT8_MAX, q(1.0))
+    raise ValueError(f"unsupported fused activation {activation}")
+
+
+def conv_multipliers(in_scale: float, w_scales, out_scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-output-channel (multiplier, shift) as PopulateConvolutionQuantizationParams computes them (double)."""
+    w = np.asarray(w_scales, dtype=np.float32).reshape(-1)
+    pairs = [quantize_multiplier(float(np.float32(in_scale)) * float(s) / float(np.float32(out_scale))) for s in w]
+    return np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64)
+
+
+def requantize(acc, multiplier, shift, out_zp: int, act: tuple[int, int]) -> np.ndarray:
+    """int32 accumulator -> int8: fixed-point multiply, add the output zero point, clamp to the activation range."""
+    v = multiply_by_quantized_multiplier(acc, multiplier, shift) + out_zp
+    return np.clip(v, act[0], act[1]).astype(np.int8)
+
+
+# ---------------------------------------------------------------- kernels
+
+
+def same_padding(size: int, k: int, stride: int, dilation: int = 1) -> tuple[int, int, int]:
+    """TFLite SAME padding: (out, before, after); the odd pixel goes after (bottom/right)."""
+    eff = (k - 1) * dilation + 1
+    out = (size + stride - 1) // stride
+    total = max((out - 1) * stride + eff - size, 0)
+    return out, total // 2, total - total // 2
+
+
+def _pads(x_shape, kh, kw, stride, dilation, padding):
+    (_, h, w, _), (sh, sw), (dh, dw) = x_shape, stride, dilation
+    if padding == "SAME":
+        oh, pt, pb = same_padding(h, kh, sh, dh)
+        ow, pl, pr = same_padding(w, kw, sw, dw)
+    else:
+        oh = (h - ((kh - 1) * dh + 1)) // sh + 1
+        ow = (w - ((kw - 1) * dw + 1)) // sw + 1
+        pt = pb = pl = pr = 0
+    return oh, ow, (pt, pb, pl, pr)
+
+
+def _patches(xc: np.ndarray, kh, kw, stride, dilation, padding, fill: float):
+    """(N,H,W,C) -> (N,OH,OW,KH,KW,C) windows, padded with `fill` (zero after centering = skipped taps)."""
+    oh, ow, (pt, pb, pl, pr) = _pads(xc.shape, kh, kw, stride, dilation, padding)
+    xp = np.pad(xc, ((0, 0), (pt, pb + kh * dilation[0]), (pl, pr + kw * dilation[1]), (0, 0)),
+                constant_values=fill)
+    (sh, sw), (dh, dw) = stride, dilation
+    rows = [[xp[:, i * dh: i * dh + (oh - 1) * sh + 1: sh, j * dw: j * dw + (ow - 1) * sw + 1: sw, :]
+             for j in range(kw)] for i in range(kh)]
+    return np.stack([np.stack(r, axis=3) for r in rows], axis=3)
+
+
+def conv2d(x, w, bias, *, in_zp, w_zp=0, multiplier, shift, out_zp, act, stride=(1, 1), dilation=(1, 1),
+           padding="SAME"):
+    """ConvPerChannel: x int8 NHWC, w int8 OHWI, bias int32 (O,) -> int8 NHWC."""
+    o, kh, kw, _ = w.shape
+    p = _patches(x.astype(np.float64) - in_zp, kh, kw, stride, dilation, padding, 0.0)
+    n, oh, ow = p.shape[:3]
+    wc = (w.astype(np.float64) - w_zp).reshape(o, -1)
+    acc = (p.reshape(n * oh * ow, -1) @ wc.T).astype(np.int64)
+    if bias is not None:
+        acc = acc + bias.astype(np.int64)
+    return requantize(acc, multiplier, shift, out_zp, act).reshape(n, oh, ow, o)
+
+
+def depthwise_conv2d(x, w, bias, *, in_zp, multiplier, shift, out_zp, act, depth_multiplier=1,
+                     stride=(1, 1), dilation=(1, 1), padding="SAME"):
+    """DepthwiseConvPerChannel: w (1,KH,KW,C*M); output channel c*M+m reads input channel c."""
+    _, kh, kw, cm = w.shape
+    p = _patches(x.astype(np.float64) - in_zp, kh, kw, stride, dilation, padding, 0.0)
+    if depth_multiplier > 1:
+        p = np.repeat(p, depth_multiplier, axis=-1)
+    acc = np.einsum("nhwijc,ijc->nhwc", p, w[0].astype(np.float64)).astype(np.int64)
+    if bias is not None:
+        acc = acc + bias.astype(np.int64)
+    return requantize(acc, multiplier, shift, out_zp, act)
+
+
+def fully_connected(x, w, bias, *, in_zp, w_zp=0, multiplier, shift, out_zp, act):
+    """FullyConnected: x (..., K) int8 flattened to (B, K); w (O, K) int8 -> (B, O) int8."""
+    o, k = w.shape
+    xc = x.reshape(-1, k).astype(np.float64) - in_zp
+    acc = (xc @ (w.astype(np.float64) - w_zp).T).astype(np.int64)
+    if bias is not None:
+        acc = acc + bias.astype(np.int64)
+    return requantize(acc, multiplier, shift, out_zp, act)
+
+
+@dataclass(frozen=True)
+class AddParams:
+    """PrepareGeneralSubOp/Add for int8: both inputs rescaled to 2*max(S1,S2) with 20 bits of headroom."""
+
+    in1_zp: int
+    in2_zp: int
+    out_zp: int
+    m1: int
+    s1: int
+    m2: int
+    s2: int
+    mo: int
+    so: int
+    left_shift: int = 20
+
+    @staticmethod
+    def make(s_in1: float, z1: int, s_in2: float, z2: int, s_out: float, z_out: int) -> "AddParams":
+        twice_max = float(2 * max(np.float32(s_in1), np.float32(s_in2)))
+        m1, sh1 = quantize_multiplier(float(np.float32(s_in1)) / twice_max)
+        m2, sh2 = quantize_multiplier(float(np.float32(s_in2)) / twice_max)
+        mo, sho = quantize_multiplier(twice_max / ((1 << 20) * float(np.float32(s_out))))
+        return AddParams(z1, z2, z_out, m1, sh1, m2, sh2, mo, sho)
+
+
+def add(a, b, p: AddParams, act):
+    """reference_integer_ops::Add (with numpy broadcasting for BroadcastAdd)."""
+    va = multiply_by_quantized_multiplier((a.astype(np.int64) - p.in1_zp) << p.left_shift, p.m1, p.s1)
+    vb = multiply_by_quantized_multiplier((b.astype(np.int64) - p.in2_zp) << p.left_shift, p.m2, p.s2)
+    out = multiply_by_quantized_multiplier(va + vb, p.mo, p.so) + p.out_zp
+    return np.clip(out, act[0], act[1]).astype(np.int8)
+
+
+def avg_pool(x, *, kh, kw, stride, padding, act):
+    """AveragePool int8: sum over the valid taps only, C-style rounded division by their count."""
+    oh, ow, pads = _pads(x.shape, kh, kw, stride, (1, 1), padding)
+    p = _patches(x.astype(np.float64), kh, kw, stride, (1, 1), padding, 0.0)
+    ones = _patches(np.ones(x.shape[:3] + (1,)), kh, kw, stride, (1, 1), padding, 0.0)
+    acc = p.sum(axis=(3, 4)).astype(np.int64)
+    cnt = ones.sum(axis=(3, 4)).astype(np.int64)
+    half = cnt // 2
+    num = np.where(acc > 0, acc + half, acc - half)
+    q = np.sign(num) * (np.abs(num) // cnt)  # C truncating division
+    return np.clip(q, act[0], act[1]).astype(np.int8)
+
+
+def max_pool(x, *, kh, kw, stride, padding, act):
+    """MaxPool int8: max over the valid taps (padding never wins), then the activation clamp."""
+    p = _patches(x.astype(np.float64), kh, kw, stride, (1, 1), padding, -np.inf)
+    return np.clip(p.max(axis=(3, 4)), act[0], act[1]).astype(np.int8)
+
+
+def mean_multiplier(in_scale: float, out_scale: float, count: int) -> tuple[int, int]:
+    """LiteRT QuantizedMeanOrSum: S_in/S_out as (mult, shift), then 1/count folded into the multiplier."""
+    mult, shift = quantize_multiplier(float(np.float32(in_scale)) / float(np.float32(out_scale)))
+    s = min(int(count).bit_length() - 1, 32, 31 + shift)
+    return int((mult << s) // count), shift - s
+
+
+def mean(x, axes, *, in_zp, out_zp, in_scale, out_scale, keep_dims):
+    """MEAN int8 (reference QuantizedMeanOrSum, integer version): sum - zp*n, one requantize."""
+    axes = tuple(sorted(a % x.ndim for a in axes))
+    n = int(np.prod([x.shape[a] for a in axes]))
+    mult, shift = mean_multiplier(in_scale, out_scale, n)
+    total = x.astype(np.int64).sum(axis=axes, keepdims=keep_dims) - in_zp * n
+    total = ((total + 2 ** 31) % 2 ** 32) - 2 ** 31  # static_cast<int32_t>
+    out = multiply_by_quantized_multiplier(total, mult, shift) + out_zp
+    return np.clip(out, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def pad(x, paddings, *, value: int):
+    """PAD/PADV2 on int8: the pad value is the output zero point (or the given constant)."""
+    return np.pad(x, [tuple(int(v) for v in p) for p in paddings], constant_values=value).astype(np.int8)
+
+
+def softmax_params(beta: float, in_scale: float) -> tuple[int, int, int]:
+    """PreprocessSoftmaxScaling + CalculateInputRadius for Q5.26 diffs: (multiplier, left_shift, diff_min)."""
+    real = min(float(beta) * float(np.float32(in_scale)) * (1 << 26), float((1 << 31) - 1))
+    mult, shift = quantize_multiplier(real)
+    radius = math.floor(1.0 * 31 * (1 << 26) / (1 << shift))
+    return mult, shift, -radius
+
+
+def softmax(x, *, beta: float, in_scale: float):
+    """reference_ops::Softmax int8 -> int8 (output scale 1/256, zero point -128), over the last axis."""
+    mult, left_shift, diff_min = softmax_params(beta, in_scale)
+    xi = x.astype(np.int64)
+    diff = xi - xi.max(axis=-1, keepdims=True)
+    valid = diff >= diff_min
+    scaled = srdhm(diff * (1 << left_shift), mult)  # MultiplyByQuantizedMultiplierGreaterThanOne
+    e = exp_on_negative_values(scaled, 5)
+    e_acc = np.where(valid, _sat_mul_pot(e, -12), 0)  # Rescale<12> from Q0.31
+    sum_of_exps = e_acc.sum(axis=-1, keepdims=True)
+    recip, bits_over_unit = get_reciprocal(sum_of_exps, 12)
+    exponent = bits_over_unit + 31 - 8
+    out = rounding_divide_by_pot(srdhm(recip, e), exponent) - 128
+    return np.where(valid, np.clip(out, INT8_MIN, INT8_MAX), INT8_MIN).astype(np.int8)
+
+
+def logistic_table(in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> np.ndarray:
+    """LUTPopulate<int8_t> for LOGISTIC (the reference kernel is this table): 256 int8 entries, index q+128."""
+    q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int64)
+    deq = np.float32(in_scale) * (q - in_zp).astype(np.float32)
+    y = np.float32(1.0) / (np.float32(1.0) + np.exp(-deq, dtype=np.float32))
+    v = tflite_round(y * (np.float32(1.0) / np.float32(out_scale))).astype(np.float32) + np.float32(out_zp)
+    return np.clip(v.astype(np.int64), INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def logistic(x, table: np.ndarray):
+    return table[x.astype(np.int64) + 128]
