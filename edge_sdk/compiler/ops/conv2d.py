@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 from tvm import s_tir, te
 
-from edge_sdk.compiler.ops.common import Simd, apply_epilogue, finish, largest_divisor, round_up, tile_inner
+from edge_sdk.compiler.ops.common import Simd, apply_epilogue, finish, pick_tile, round_up, tile_inner
 
 
 def choose_nr(simd: Simd, m: int, n: int) -> int:
@@ -61,13 +61,15 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, act=("none",), residual=False
          name="edge_gemm") -> tvm.tirx.PrimFunc:
     """A (m, k) @ Wp (npad/nr, k, nr) + bias (npad,) [+ R (m, npad)] -> act -> (m, npad)."""
     nr = nr or choose_nr(simd, m, npad)
-    mr = largest_divisor(m, simd.mr_max if nr <= simd.nr else max(1, simd.regs // (nr // simd.lanes) - 2))
+    mr = pick_tile(m, simd.mr_max)
+    mp = round_up(m, mr)  # the tail tile reads row m-1 again and stores nothing past row m
     a = te.placeholder((m, k), "float32", name="A")
     w = te.placeholder((npad // nr, k, nr), "float32", name="W")
     b = te.placeholder((npad,), "float32", name="bias")
     r = te.placeholder((m, npad), "float32", name="R") if residual else None
     rk = te.reduce_axis((0, k), name="k")
-    c = te.compute((m, npad), lambda i, j: te.sum(a[i, rk] * w[j // nr, rk, j % nr], axis=rk), name="C")
+    row = (lambda i: te.min(i, m - 1)) if mp != m else (lambda i: i)
+    c = te.compute((mp, npad), lambda i, j: te.sum(a[row(i), rk] * w[j // nr, rk, j % nr], axis=rk), name="C")
     out = te.compute((m, npad), lambda i, j: apply_epilogue(
         c[i, j], b[j], act, r[i, j] if residual else None), name="out")
     args = [a, w, b] + ([r] if residual else []) + [out]
@@ -98,7 +100,9 @@ def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, act=("no
     oh = (h + pt + pb - kh) // sh + 1
     ow = (w_ + pl + pr - kw) // sw + 1
     nr = choose_nr(simd, 2, cpad)
-    mr = largest_divisor(ow, simd.mr_max if nr == simd.nr else simd.regs - 4)
+    mr = pick_tile(ow, simd.mr_max if nr == simd.nr else 2 * simd.mr_max)
+    owp = round_up(ow, mr)
+    col = (lambda z: te.min(z, ow - 1)) if owp != ow else (lambda z: z)
     x = te.placeholder(shape, "float32", name="X")
     wt = te.placeholder((cpad // nr, kh, kw, ci, nr), "float32", name="W")
     b = te.placeholder((cpad,), "float32", name="bias")
@@ -116,9 +120,9 @@ def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, act=("no
     rx = te.reduce_axis((0, kw), name="rx")
     rc = te.reduce_axis((0, ci), name="rc")
     c = te.compute(
-        (n, oh, ow, cpad),
+        (n, oh, owp, cpad),
         lambda a, y, z, o: te.sum(
-            xp[a, y * sh + ry, z * sw + rx, rc] * wt[o // nr, ry, rx, rc, o % nr], axis=[ry, rx, rc]),
+            xp[a, y * sh + ry, col(z) * sw + rx, rc] * wt[o // nr, ry, rx, rc, o % nr], axis=[ry, rx, rc]),
         name="C")
     out = te.compute((n, oh, ow, cpad), lambda a, y, z, o: apply_epilogue(
         c[a, y, z, o], b[o], act, r[a, y, z, o] if residual else None), name="out")

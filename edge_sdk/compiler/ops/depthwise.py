@@ -9,7 +9,7 @@ from __future__ import annotations
 import tvm
 from tvm import s_tir, te
 
-from edge_sdk.compiler.ops.common import Simd, apply_epilogue, finish, largest_divisor, tile_inner
+from edge_sdk.compiler.ops.common import Simd, apply_epilogue, finish, largest_divisor, pick_tile, round_up, tile_inner
 
 
 def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, act=("none",), residual=False,
@@ -22,7 +22,9 @@ def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, act=("none"
     oh = (h + pt + pb - kh) // sh + 1
     ow = (w_ + pl + pr - kw) // sw + 1
     cv = largest_divisor(c, 2 * simd.lanes)  # channels per step: up to two vectors
-    wr = largest_divisor(ow, 4)
+    wr = pick_tile(ow, 4)
+    owp = round_up(ow, wr)
+    col = (lambda z: te.min(z, ow - 1)) if owp != ow else (lambda z: z)
     x = te.placeholder(shape, "float32", name="X")
     wt = te.placeholder((kh, kw, c), "float32", name="W")
     b = te.placeholder((c,), "float32", name="bias")
@@ -39,8 +41,8 @@ def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, act=("none"
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     d = te.compute(
-        (n, oh, ow, c),
-        lambda a, y, z, k: te.sum(xp[a, y * sh + ry, z * sw + rx, k] * wt[ry, rx, k], axis=[ry, rx]),
+        (n, oh, owp, c),
+        lambda a, y, z, k: te.sum(xp[a, y * sh + ry, col(z) * sw + rx, k] * wt[ry, rx, k], axis=[ry, rx]),
         name="D")
     out = te.compute((n, oh, ow, c), lambda a, y, z, k: apply_epilogue(
         d[a, y, z, k], b[k], act, r[a, y, z, k] if residual else None), name="out")
