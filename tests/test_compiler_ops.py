@@ -238,6 +238,10 @@ def test_mobilenet_tflite_matches_litert(host):
 
     with open(path, "rb") as f:
         mod = from_tflite(tflite.Model.GetRootAsModel(f.read(), 0))
+    rewritten, counts = lower.rewrite_kernels(lower.prepare(mod), host.tvm_target())
+    assert lower.unscheduled_heavy_ops(rewritten) == []
+    assert "R.nn.pad" not in rewritten["main"].script()  # ZeroPadding2D folded into the convs
+    assert counts == {"conv": 15, "dw": 13, "pool": 1}
     ex, params = lower.compile_relax(mod, host)
     interp = litert.Interpreter(model_path=path, num_threads=1)
     interp.allocate_tensors()

@@ -193,6 +193,21 @@ class KernelRewriter(PyExprMutator):
             cur = chain.end = v
         self.plans[chain.end] = (head, chain)
 
+    @staticmethod
+    def _fold_pad(graph, x, pad):
+        """x = nn.pad(y) with zeros on H/W only, used once: read y and pad in the kernel instead
+        (the Keras/TFLite ZeroPadding2D + VALID conv pattern)."""
+        val = graph.value.get(x)
+        if not (isinstance(val, relax.Call) and isinstance(val.op, tvm.ir.Op)
+                and val.op.name == "relax.nn.pad" and graph.uses.get(x, 0) == 1
+                and isinstance(x, relax.DataflowVar)):
+            return x, pad
+        pw = _ints(val.attrs.pad_width)
+        if (str(val.attrs.pad_mode) != "constant" or float(val.attrs.pad_value) != 0.0 or len(pw) != 8
+                or any(pw[i] for i in (0, 1, 6, 7)) or _shape(val.args[0]) is None):
+            return x, pad
+        return val.args[0], [pad[0] + pw[2], pad[1] + pw[4], pad[2] + pw[3], pad[3] + pw[5]]
+
     def _conv_head(self, graph, call):
         attrs = call.attrs
         shape, w = _shape(call.args[0]), graph.const(call.args[1])
@@ -203,7 +218,9 @@ class KernelRewriter(PyExprMutator):
         groups, ci = int(attrs.groups), shape[3]
         pad = _ints(attrs.padding)
         pad = pad * 2 if len(pad) == 2 else pad
-        common = dict(x=call.args[0], shape=shape, kernel=w.shape[:2], strides=_ints(attrs.strides), pad=pad)
+        x, pad = self._fold_pad(graph, call.args[0], pad)
+        shape = _shape(x)
+        common = dict(x=x, shape=shape, kernel=w.shape[:2], strides=_ints(attrs.strides), pad=pad)
         if groups == 1:
             return dict(kind="conv", w=w, **common)
         if groups == ci and w.shape[2] == 1 and w.shape[3] == ci:
