@@ -18,6 +18,8 @@ class Variant:
     activation_bits: int
     family: str  # "float", "int8", "bitserial"
     available: bool  # False: the row exists but its compiler has not landed yet
+    polarity: str | None = None  # bitserial: "unipolar" (activations 0..2^a-1, weights +-1) or "bipolar"
+    glue: str | None = None  # bitserial: "fused" (integer shift/offset + bitpack in the conv) or "unfused" (float ops)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -25,10 +27,20 @@ VARIANTS: dict[str, Variant] = {
     for v in (
         Variant("float32", "32-bit float everywhere", 32, 32, "float", True),
         Variant("int8", "integer-only int8 (per-channel weights, TFLite rounding)", 8, 8, "int8", False),
-        Variant("w1a1", "bitserial: 1-bit weights, 1-bit activations (fused glue)", 1, 1, "bitserial", False),
-        Variant("w1a2", "bitserial: 1-bit weights, 2-bit activations (fused glue)", 1, 2, "bitserial", False),
-        Variant("w1a3", "bitserial: 1-bit weights, 3-bit activations (fused glue)", 1, 3, "bitserial", False),
-        Variant("w2a2", "bitserial: 2-bit weights, 2-bit activations (fused glue)", 2, 2, "bitserial", False),
+        Variant("w1a1", "bitserial: 1-bit weights, 1-bit activations (fused glue)", 1, 1, "bitserial", False,
+                "unipolar", "fused"),
+        Variant("w1a2", "bitserial: 1-bit weights, 2-bit activations (fused glue)", 1, 2, "bitserial", False,
+                "unipolar", "fused"),
+        Variant("w1a3", "bitserial: 1-bit weights, 3-bit activations (fused glue)", 1, 3, "bitserial", False,
+                "unipolar", "fused"),
+        Variant("w2a2", "bitserial: 2-bit weights, 2-bit activations (fused glue)", 2, 2, "bitserial", False,
+                "unipolar", "fused"),
+        Variant("w1a1-unfused", "w1a1 with the glue as separate float ops (ablation)", 1, 1, "bitserial", False,
+                "unipolar", "unfused"),
+        Variant("w1a2-unfused", "w1a2 with the glue as separate float ops (ablation)", 1, 2, "bitserial", False,
+                "unipolar", "unfused"),
+        Variant("w2a2-unfused", "w2a2 with the glue as separate float ops (ablation)", 2, 2, "bitserial", False,
+                "unipolar", "unfused"),
     )
 }
 
