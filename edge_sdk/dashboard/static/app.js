@@ -1,0 +1,148 @@
+"use strict";
+// The dashboard page: read the data (inlined by the export, else from the server's api/data) and draw
+// one section per chart, each followed by its data table. Needs charts.js.
+
+async function loadData() {
+  const inline = document.getElementById("edge-data");
+  if (inline) return JSON.parse(inline.textContent);
+  const resp = await fetch("api/data", { cache: "no-store" });
+  if (!resp.ok) throw new Error(`api/data: HTTP ${resp.status}`);
+  return resp.json();
+}
+
+function section(id, title, intro) {
+  const s = h("section", { id, "aria-labelledby": id + "-title" }, document.getElementById("charts"));
+  h("h2", { id: id + "-title" }, s, title);
+  if (intro) h("p", { class: "intro" }, s, intro);
+  return s;
+}
+
+function byModel(rows) {
+  const out = new Map();
+  for (const r of rows) { if (!out.has(r.model)) out.set(r.model, []); out.get(r.model).push(r); }
+  return out;
+}
+
+const RUN_COLS = [["model", (r) => r.model], ["device and setup", (r) => r.setup], ["variant", (r) => r.variant]];
+
+function drawLatency(data, colorOf) {
+  const s = section("latency", "Latency per model, variant and device",
+    "Bars: median latency of the newest run. Thick whisker: 10th to 90th percentile; thin whisker: min to max.");
+  legend(s, data.variants.map((v) => ({ label: `${v.name}: ${v.description}`, color: colorOf(v.name) })));
+  for (const [model, rows] of byModel(data.latency)) {
+    h("h3", {}, s, model);
+    hbarChart(s, rows.map((r) => ({
+      group: r.setup, label: r.variant, value: r.median_ms, lo: r.p10_ms, hi: r.p90_ms, min: r.min_ms, max: r.max_ms,
+      color: colorOf(r.variant), chart: "latency", text: `${fmt(r.median_ms)} ms`,
+      tip: `${model} ${r.variant} on ${r.setup}: median ${fmt(r.median_ms)} ms (p10 ${fmt(r.p10_ms)}, p90 ${fmt(r.p90_ms)}, ` +
+        `min ${fmt(r.min_ms)}, max ${fmt(r.max_ms)}; ${r.repeats} runs)`,
+      data: { run_id: r.run_id, model, variant: r.variant, device: r.device, target: r.target, threads: r.threads,
+        median_ms: r.median_ms },
+    })), { title: `${model}: median latency in milliseconds per variant and device`, xLabel: "latency (ms)" });
+  }
+  dataTable(s, "Latency (ms) per model, device and variant", RUN_COLS.concat([
+    ["median ms", (r) => r.median_ms], ["p10 ms", (r) => r.p10_ms], ["p90 ms", (r) => r.p90_ms],
+    ["min ms", (r) => r.min_ms], ["max ms", (r) => r.max_ms], ["runs", (r) => r.repeats],
+    ["golden check", (r) => (r.golden_ok === null ? "–" : r.golden_ok ? "ok" : "FAILED")]]), data.latency);
+}
+
+function drawSpeedup(data, colorOf) {
+  const s = section("speedup", "Speedup over float32",
+    "Median float32 latency divided by the variant's median, on the same device, target and threads. Right of the line: faster.");
+  if (!data.speedup.length) { note(s, "No speedup to show yet: it needs a float32 run and another variant on the same device."); return; }
+  for (const [model, rows] of byModel(data.speedup)) {
+    h("h3", {}, s, model);
+    hbarChart(s, rows.map((r) => ({
+      group: r.setup, label: r.variant, value: r.speedup, color: colorOf(r.variant), chart: "speedup",
+      text: `${fmt(r.speedup)}×`, tip: `${model} ${r.variant} on ${r.setup}: ${fmt(r.speedup)}× (float32 ${fmt(r.float_ms)} ms → ${fmt(r.ms)} ms)`,
+      data: { run_id: r.run_id, model, variant: r.variant, device: r.device, speedup: r.speedup },
+    })), { title: `${model}: speedup over float32 per variant and device`, xLabel: "speedup over float32 (×)", ref: 1, refLabel: "float32 (1×)" });
+  }
+  dataTable(s, "Speedup over float32", RUN_COLS.concat([["float32 ms", (r) => r.float_ms], ["variant ms", (r) => r.ms],
+    ["speedup ×", (r) => r.speedup]]), data.speedup);
+}
+
+function drawLayers(data) {
+  const s = section("layers", "Per-layer time: conv vs glue",
+    "Each bar is one run, cut into its layers in execution order. Conv: convolutions and dense layers (the bitserial kernels included); glue: everything else (pooling, softmax, standalone quantize/bitpack).");
+  legend(s, [{ label: "conv (compute layers)", color: KIND_COLOR.conv }, { label: "glue (other layers)", color: KIND_COLOR.glue }]);
+  if (!data.layers.length) {
+    note(s, "No per-layer profile yet: none of the runs carries per-layer times.");
+  } else {
+    for (const [model, rows] of byModel(data.layers)) {
+      h("h3", {}, s, model);
+      stackedChart(s, rows.map((r) => ({ ...r, rowLabel: `${r.variant} · ${r.setup}` })),
+        { title: `${model}: time per layer in milliseconds, conv vs glue`, xLabel: "time (ms), layers stacked" });
+    }
+    if (data.unprofiled.length) {
+      note(s, "No per-layer profile yet for: " + data.unprofiled.map((r) => `${r.model} ${r.variant} on ${r.setup}`).join("; ") + ".");
+    }
+  }
+  const flat = data.layers.flatMap((r) => r.segments.map((x) => ({ ...x, model: r.model, setup: r.setup, variant: r.variant })));
+  dataTable(s, "Per-layer time (ms)", RUN_COLS.concat([["layer", (r) => r.name], ["op", (r) => r.op],
+    ["kind", (r) => r.kind], ["ms", (r) => r.ms]]), flat);
+}
+
+function drawRoofline(data, colorOf) {
+  const s = section("roofline", "Roofline per device",
+    "Each layer sits at its arithmetic intensity (FLOPs / bytes read and written, from the package manifest) under the target's " +
+    "roof: min(peak GFLOP/s, bandwidth × intensity). Filled: attained = layer FLOPs / layer time. Hollow: no per-layer time, " +
+    "so the point shows the layer's bound. Integer and bitserial layers count their multiply-adds as FLOPs against the fp32 peak.");
+  if (!data.roofline.length) { note(s, "No roofline yet: no run's package carries a layer table with the target's peaks."); return; }
+  legend(s, data.variants.map((v) => ({ label: v.name, color: colorOf(v.name), shape: "dot" }))
+    .concat([{ label: "measured (filled)", color: "#444", shape: "dot" }, { label: "bound only (hollow)", color: "#444", shape: "ring" }]));
+  for (const p of data.roofline) {
+    h("h3", {}, s, `${p.device} (${p.target})`);
+    rooflineChart(s, p, colorOf, { title: `Roofline of ${p.device} (${p.target}): attained GFLOP/s against arithmetic intensity` });
+  }
+  const flat = data.roofline.flatMap((p) => p.points);
+  dataTable(s, "Roofline points", [["device and setup", (r) => r.setup], ["model", (r) => r.model], ["variant", (r) => r.variant],
+    ["layer", (r) => r.layer], ["op", (r) => r.op], ["FLOP/byte", (r) => r.intensity], ["GFLOP/s", (r) => r.gflops],
+    ["bound GFLOP/s", (r) => r.bound_gflops], ["measured", (r) => (r.measured ? "yes" : "no: bound")]], flat);
+}
+
+function drawAccuracy(data, colorOf) {
+  const s = section("accuracy", "Accuracy vs latency", "Top-1 accuracy where it was measured, against median latency.");
+  if (!data.accuracy.length) { note(s, "No accuracy measured yet: runs record it when they classify a labelled set."); return; }
+  legend(s, data.variants.map((v) => ({ label: v.name, color: colorOf(v.name), shape: "dot" })));
+  scatterChart(s, data.accuracy, colorOf, { title: "Top-1 accuracy (%) against median latency (ms)" });
+  dataTable(s, "Accuracy and latency", RUN_COLS.concat([["median ms", (r) => r.median_ms],
+    ["top-1 accuracy %", (r) => 100 * r.accuracy]]), data.accuracy);
+}
+
+function setupToggle() {
+  const b = document.getElementById("toggle-tables");
+  b.addEventListener("click", () => {
+    const on = document.body.classList.toggle("show-tables");
+    b.setAttribute("aria-pressed", String(on));
+    b.textContent = on ? "Hide data tables" : "Show data tables";
+  });
+}
+
+async function main() {
+  setupToggle();
+  try {
+    const data = await loadData();
+    const m = data.meta;
+    document.getElementById("meta").textContent = `${m.runs_shown} newest runs (one per model, variant, device, target and threads) ` +
+      `of ${m.models.length} model(s) on ${m.devices.length} device(s), from ${m.db}; generated ${m.generated}.`;
+    if (!data.latency.length) {
+      note(document.getElementById("charts"), "No runs recorded yet. Record one with `edge-sdk results record RUN.json --package PKG --device NAME`.");
+    } else {
+      const colors = new Map(data.variants.map((v, i) => [v.name, PALETTE[i % PALETTE.length]]));
+      const colorOf = (v) => colors.get(v) || "#888888";
+      drawLatency(data, colorOf);
+      drawSpeedup(data, colorOf);
+      drawLayers(data);
+      drawRoofline(data, colorOf);
+      drawAccuracy(data, colorOf);
+    }
+    document.body.dataset.ready = "1";
+  } catch (err) {
+    note(document.getElementById("charts"), `Could not load the results: ${err.message}`).classList.add("error");
+    document.body.dataset.ready = "error";
+    throw err;
+  }
+}
+
+main();

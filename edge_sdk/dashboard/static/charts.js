@@ -1,0 +1,252 @@
+"use strict";
+// SVG chart helpers for the edge-sdk dashboard: no library and no network, so the exported page works
+// offline. Text from the database only ever goes through textContent/setAttribute (never innerHTML).
+
+// The SVG namespace, taken from the HTML parser so that no URL needs to appear in the page.
+const SVG_NS = (() => { const d = document.createElement("div"); d.innerHTML = "<svg></svg>"; return d.firstChild.namespaceURI; })();
+
+const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#444444"];
+const KIND_COLOR = { conv: "#0072B2", glue: "#E69F00" };
+const LABEL_W = 250, RIGHT_PAD = 90, WIDTH = 900;
+
+function tickFmt(t) {
+  if (t !== 0 && (Math.abs(t) >= 1e5 || Math.abs(t) < 1e-3)) return t.toExponential(0);
+  return String(+t.toPrecision(6));
+}
+
+function el(tag, attrs, parent, text) {
+  const e = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) if (v !== undefined && v !== null) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  if (parent) parent.appendChild(e);
+  return e;
+}
+
+function h(tag, attrs, parent, text) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) if (v !== undefined && v !== null) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  if (parent) parent.appendChild(e);
+  return e;
+}
+
+function fmt(x) {
+  if (x === null || x === undefined || Number.isNaN(x)) return "–";
+  const a = Math.abs(x);
+  if (a >= 1000) return x.toFixed(0);
+  if (a >= 100) return x.toFixed(1);
+  if (a >= 10) return x.toFixed(2);
+  if (a >= 0.01 || a === 0) return x.toFixed(3);
+  return x.toExponential(1);
+}
+
+// Data attributes on every mark: the test counts them and matches them to the database rows.
+function tag(mark, chart, data) {
+  mark.setAttribute("data-chart", chart);
+  for (const [k, v] of Object.entries(data)) {
+    if (v !== undefined && v !== null && typeof v !== "object") mark.setAttribute("data-" + k.replace(/_/g, "-"), String(v));
+  }
+  return mark;
+}
+
+function linearScale(lo, hi, a, b) {
+  const step = niceStep((hi - lo) / 5);
+  const top = Math.ceil(hi / step) * step || 1, bottom = Math.floor(lo / step) * step;
+  const f = (x) => a + (x - bottom) / (top - bottom) * (b - a);
+  f.ticks = () => { const t = []; for (let v = bottom; v <= top + step / 2; v += step) t.push(+v.toPrecision(12)); return t; };
+  f.domain = [bottom, top];
+  return f;
+}
+
+function niceStep(raw) {
+  const p = Math.pow(10, Math.floor(Math.log10(raw || 1)));
+  const m = raw / p;
+  return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10) * p;
+}
+
+function logScale(lo, hi, a, b) {
+  const l0 = Math.floor(Math.log10(lo)), l1 = Math.ceil(Math.log10(hi));
+  const top = l1 === l0 ? l0 + 1 : l1;
+  const f = (x) => a + (Math.log10(x) - l0) / (top - l0) * (b - a);
+  f.ticks = () => { const t = []; for (let e = l0; e <= top; e++) t.push(Math.pow(10, e)); return t; };
+  f.domain = [Math.pow(10, l0), Math.pow(10, top)];
+  return f;
+}
+
+function svgRoot(parent, height, label) {
+  const svg = el("svg", { viewBox: `0 0 ${WIDTH} ${height}`, role: "img", "aria-label": label, class: "chart" }, parent);
+  el("title", {}, svg, label);
+  return svg;
+}
+
+function xAxis(svg, scale, y0, y1, label, fmtTick) {
+  for (const t of scale.ticks()) {
+    const x = scale(t);
+    el("line", { x1: x, x2: x, y1: y0, y2: y1, class: "grid" }, svg);
+    el("text", { x, y: y1 + 16, class: "tick", "text-anchor": "middle" }, svg, (fmtTick || tickFmt)(t));
+  }
+  el("text", { x: (scale(scale.domain[0]) + scale(scale.domain[1])) / 2, y: y1 + 36, class: "axis-label",
+    "text-anchor": "middle" }, svg, label);
+}
+
+function yAxis(svg, scale, x0, x1, label, fmtTick) {
+  for (const t of scale.ticks()) {
+    const y = scale(t);
+    el("line", { x1: x0, x2: x1, y1: y, y2: y, class: "grid" }, svg);
+    el("text", { x: x0 - 6, y: y + 4, class: "tick", "text-anchor": "end" }, svg, (fmtTick || tickFmt)(t));
+  }
+  const ym = (scale(scale.domain[0]) + scale(scale.domain[1])) / 2;
+  el("text", { x: 16, y: ym, class: "axis-label", "text-anchor": "middle", transform: `rotate(-90 16 ${ym})` }, svg, label);
+}
+
+// A legend as HTML under the chart (wraps, and screen readers read it as a list).
+function legend(parent, items) {
+  const ul = h("ul", { class: "legend" }, parent);
+  for (const it of items) {
+    const li = h("li", {}, ul);
+    h("span", { class: "swatch " + (it.shape || "box"), style: `--c:${it.color}` }, li);
+    li.appendChild(document.createTextNode(it.label));
+  }
+  return ul;
+}
+
+function note(parent, text) { return h("p", { class: "note" }, parent, text); }
+
+// Horizontal bars grouped under headings. rows: {group, label, value, color, chart, data, tip, text,
+// lo, hi (thick whisker), min, max (thin whisker)}; opts: {title, xLabel, ref (a reference value)}.
+function hbarChart(parent, rows, opts) {
+  const groups = [];
+  for (const r of rows) {
+    if (!groups.length || groups[groups.length - 1].name !== r.group) groups.push({ name: r.group, rows: [] });
+    groups[groups.length - 1].rows.push(r);
+  }
+  const BAR = 18, GAP = 5, HEAD = 22, TOP = 10;
+  const height = TOP + groups.length * HEAD + rows.length * (BAR + GAP) + 50;
+  const svg = svgRoot(parent, height, opts.title);
+  const hi = Math.max(...rows.map((r) => Math.max(r.value, r.max ?? 0, r.hi ?? 0)), opts.ref ?? 0);
+  const x = linearScale(0, hi, LABEL_W, WIDTH - RIGHT_PAD);
+  const yEnd = height - 44;
+  xAxis(svg, x, TOP, yEnd, opts.xLabel);
+  let y = TOP;
+  for (const g of groups) {
+    el("text", { x: 8, y: y + 15, class: "group-label" }, svg, g.name);
+    y += HEAD;
+    for (const r of g.rows) {
+      el("text", { x: LABEL_W - 8, y: y + BAR - 5, class: "bar-label", "text-anchor": "end" }, svg, r.label);
+      const bar = el("rect", { x: x(0), y, width: Math.max(1, x(r.value) - x(0)), height: BAR, fill: r.color, class: "mark" }, svg);
+      tag(bar, r.chart, r.data);
+      el("title", {}, bar, r.tip);
+      const cy = y + BAR / 2;
+      if (r.min != null && r.max != null) {
+        el("line", { x1: x(r.min), x2: x(r.max), y1: cy, y2: cy, class: "whisker-thin" }, svg);
+        for (const v of [r.min, r.max]) el("line", { x1: x(v), x2: x(v), y1: cy - 4, y2: cy + 4, class: "whisker-thin" }, svg);
+      }
+      if (r.lo != null && r.hi != null) {
+        el("line", { x1: x(r.lo), x2: x(r.hi), y1: cy, y2: cy, class: "whisker" }, svg);
+        for (const v of [r.lo, r.hi]) el("line", { x1: x(v), x2: x(v), y1: cy - 7, y2: cy + 7, class: "whisker" }, svg);
+      }
+      el("text", { x: x(Math.max(r.value, r.max ?? 0, r.hi ?? 0)) + 6, y: y + BAR - 5, class: "value" }, svg, r.text);
+      y += BAR + GAP;
+    }
+  }
+  if (opts.ref != null) {
+    el("line", { x1: x(opts.ref), x2: x(opts.ref), y1: TOP, y2: yEnd, class: "ref" }, svg);
+    el("text", { x: x(opts.ref) + 4, y: TOP + 10, class: "tick" }, svg, opts.refLabel || "");
+  }
+  return svg;
+}
+
+// One horizontal bar per run, made of one segment per layer, coloured conv or glue.
+function stackedChart(parent, runs, opts) {
+  const BAR = 22, GAP = 12, TOP = 10;
+  const height = TOP + runs.length * (BAR + GAP) + 50;
+  const svg = svgRoot(parent, height, opts.title);
+  const hi = Math.max(...runs.map((r) => r.conv_ms + r.glue_ms));
+  const x = linearScale(0, hi, LABEL_W, WIDTH - RIGHT_PAD - 60);
+  xAxis(svg, x, TOP, height - 44, opts.xLabel);
+  let y = TOP;
+  for (const r of runs) {
+    el("text", { x: LABEL_W - 8, y: y + BAR - 6, class: "bar-label", "text-anchor": "end" }, svg, r.rowLabel);
+    let t = 0;
+    for (const s of r.segments) {
+      const seg = el("rect", { x: x(t), y, width: Math.max(0.5, x(t + s.ms) - x(t)), height: BAR,
+        fill: KIND_COLOR[s.kind], class: "mark segment" }, svg);
+      tag(seg, "layer", { run_id: r.run_id, model: r.model, variant: r.variant, device: r.device, layer: s.name,
+        op: s.op, kind: s.kind, ms: s.ms });
+      el("title", {}, seg, `${s.name} (${s.op || "?"}, ${s.kind}): ${fmt(s.ms)} ms`);
+      t += s.ms;
+    }
+    const total = r.conv_ms + r.glue_ms;
+    el("text", { x: x(t) + 6, y: y + BAR - 6, class: "value" }, svg,
+      `${fmt(total)} ms, glue ${Math.round(100 * r.glue_ms / (total || 1))}%`);
+    y += BAR + GAP;
+  }
+  return svg;
+}
+
+// Log-log roofline: min(peak, bandwidth x intensity), and one point per layer.
+function rooflineChart(parent, panel, colorOf, opts) {
+  const height = 420, L = 80, R = WIDTH - 40, T = 20, B = height - 60;
+  const svg = svgRoot(parent, height, opts.title);
+  const xs = panel.points.map((p) => p.intensity).concat([panel.ridge]);
+  const ys = panel.points.map((p) => p.gflops).concat([panel.peak_gflops]);
+  const x = logScale(Math.min(...xs) / 2, Math.max(...xs) * 2, L, R);
+  const y = logScale(Math.min(...ys) / 2, Math.max(...ys) * 2, B, T);
+  xAxis(svg, x, T, B, "arithmetic intensity (FLOP/byte, log scale)");
+  yAxis(svg, y, L, R, "attained GFLOP/s (log scale)");
+  const [x0, x1] = x.domain;
+  const roofAt = (i) => Math.min(panel.peak_gflops, panel.mem_gbps * i);
+  const start = Math.max(x0, y.domain[0] / panel.mem_gbps);  // where the bandwidth slope enters the plot
+  const pts = [start, panel.ridge, x1].map((i) => `${x(i)},${y(roofAt(i))}`);
+  el("polyline", { points: pts.join(" "), class: "roof" }, svg);
+  el("text", { x: R, y: y(panel.peak_gflops) - 6, class: "roof-label", "text-anchor": "end" }, svg,
+    `peak ${fmt(panel.peak_gflops)} GFLOP/s · ${fmt(panel.mem_gbps)} GB/s · ridge ${fmt(panel.ridge)} FLOP/B`);
+  for (const p of panel.points) {
+    const c = colorOf(p.variant);
+    const dot = el("circle", { cx: x(p.intensity), cy: y(p.gflops), r: 5, class: "mark point",
+      fill: p.measured ? c : "white", stroke: c, "stroke-width": 2 }, svg);
+    tag(dot, "roofline", { run_id: p.run_id, model: p.model, variant: p.variant, device: p.device,
+      target: p.target, layer: p.layer, kind: p.kind, intensity: p.intensity, gflops: p.gflops, measured: p.measured });
+    el("title", {}, dot, `${p.model} ${p.variant} ${p.layer} (${p.op}): ${fmt(p.intensity)} FLOP/B, ` +
+      (p.measured ? `attained ${fmt(p.gflops)} GFLOP/s` : `bound ${fmt(p.gflops)} GFLOP/s (no per-layer time)`));
+  }
+  return svg;
+}
+
+// Scatter: x = median latency (ms), y = accuracy (%).
+function scatterChart(parent, points, colorOf, opts) {
+  const height = 360, L = 80, R = WIDTH - 150, T = 20, B = height - 60;
+  const svg = svgRoot(parent, height, opts.title);
+  const ms = points.map((p) => p.median_ms), acc = points.map((p) => 100 * p.accuracy);
+  const logx = Math.max(...ms) / Math.min(...ms) > 20;
+  const x = logx ? logScale(Math.min(...ms) / 1.5, Math.max(...ms) * 1.5, L, R) : linearScale(0, Math.max(...ms) * 1.1, L, R);
+  const y = linearScale(Math.max(0, Math.min(...acc) - 5), Math.min(100, Math.max(...acc) + 5), B, T);
+  xAxis(svg, x, T, B, "median latency (ms" + (logx ? ", log scale)" : ")"));
+  yAxis(svg, y, L, R, "top-1 accuracy (%)");
+  for (const p of points) {
+    const dot = el("circle", { cx: x(p.median_ms), cy: y(100 * p.accuracy), r: 6, fill: colorOf(p.variant), class: "mark point" }, svg);
+    tag(dot, "accuracy", { run_id: p.run_id, model: p.model, variant: p.variant, device: p.device,
+      median_ms: p.median_ms, accuracy: p.accuracy });
+    el("title", {}, dot, `${p.model} ${p.variant} on ${p.setup}: ${fmt(p.median_ms)} ms, ${fmt(100 * p.accuracy)}%`);
+    el("text", { x: x(p.median_ms) + 9, y: y(100 * p.accuracy) + 4, class: "tick" }, svg, `${p.model} ${p.variant}`);
+  }
+  return svg;
+}
+
+// The same data as a real table, for screen readers (and for anyone, with "Show data tables").
+function dataTable(parent, caption, columns, rows) {
+  const wrap = h("div", { class: "table-view" }, parent);
+  const table = h("table", {}, wrap);
+  h("caption", {}, table, caption);
+  const tr = h("tr", {}, h("thead", {}, table));
+  for (const c of columns) h("th", { scope: "col" }, tr, c[0]);
+  const body = h("tbody", {}, table);
+  for (const r of rows) {
+    const row = h("tr", {}, body);
+    for (const c of columns) {
+      const v = c[1](r);
+      h("td", { class: typeof v === "number" ? "num" : "" }, row, typeof v === "number" ? fmt(v) : String(v ?? "–"));
+    }
+  }
+  return table;
+}
