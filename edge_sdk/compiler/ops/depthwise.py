@@ -2,6 +2,8 @@
 
 Few FLOPs per byte, so the schedule is about streaming: channels innermost and vectorized, a short
 run of output pixels unrolled so each weight vector is reused from a register, rows in parallel.
+The zero padding is inlined (a guarded load per tap): a padded copy of the input cost as much as the
+convolution itself (MobileNetV1, AVX2: 1.25 ms -> 0.73 ms for all 13 layers).
 Weights come as (KH, KW, C) — the TFLite/Relax HWOI (KH, KW, C, 1) reshaped at compile time.
 """
 from __future__ import annotations
@@ -64,9 +66,5 @@ def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, act=("none"
     if red:
         sch.decompose_reduction(db, red[0])
     if any(padding):
-        pblock = sch.get_sblock("pad")
-        pa, py, pz, pc = sch.get_loops(pblock)
-        sch.parallel(sch.fuse(pa, py))
-        _, pcv = sch.split(pc, [None, largest_divisor(c, simd.lanes)])
-        sch.vectorize(pcv)
+        sch.compute_inline(sch.get_sblock("pad"))
     return finish(sch, name)
