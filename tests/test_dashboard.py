@@ -110,6 +110,8 @@ def test_server_routes(sample_db):
             assert r.headers["Content-Type"] == "application/json"
         with urllib.request.urlopen(base + "/") as r:
             page = r.read().decode()
+        with urllib.request.urlopen(urllib.request.Request(base + "/", method="HEAD")) as r:
+            assert r.status == 200 and r.read() == b"" and int(r.headers["Content-Length"]) == len(page.encode())
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(base + "/../etc/passwd")
         assert e.value.code == 404

@@ -25,8 +25,13 @@ _SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no
 def _handler(db: Path, log: Callable[[str], None] | None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "edge-sdk-dashboard"
+        head_only = False
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_HEAD(self) -> None:  # noqa: N802 (http.server's naming)
+            self.head_only = True
+            self.do_GET()
+
+        def do_GET(self) -> None:  # noqa: N802
             path = urlsplit(self.path).path
             if path in ("/", "/index.html"):
                 self._send(HTTPStatus.OK, "text/html; charset=utf-8", render_page(None).encode())
@@ -48,7 +53,8 @@ def _handler(db: Path, log: Callable[[str], None] | None) -> type[BaseHTTPReques
             for k, v in _SECURITY_HEADERS.items():
                 self.send_header(k, v)
             self.end_headers()
-            self.wfile.write(body)
+            if not self.head_only:
+                self.wfile.write(body)
 
         def log_message(self, fmt: str, *args) -> None:
             if log:
