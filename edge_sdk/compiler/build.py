@@ -58,6 +58,7 @@ class Lowered:
     extra: dict | None = None  # family-specific manifest entries (bit widths, glue mode, ...)
     rtol: float = GOLDEN_RTOL  # how close a run must come to golden_output (0, 0 for bit-exact integer paths)
     atol: float = GOLDEN_ATOL
+    layers: list[dict] | None = None  # the layer table of what was built, when it differs from the float graph's
 
 
 def reference_output(model: Model, x: np.ndarray) -> tuple[np.ndarray, str]:
@@ -108,6 +109,7 @@ def compile_model(model: Model, *, variant: Variant, target: Target, out: Path,
     say(f"{len(layers)} layers; reference run and build for {target.name}")
     low = _backend(variant.family)(model, variant, target, progress=say, seed=seed)
     ex, params, x, golden = low.executable, low.params, low.golden_input, low.golden_output
+    layers = low.layers if low.layers is not None else layers
     seconds["build"] = time.perf_counter() - t0
 
     import tvm

@@ -82,11 +82,19 @@ def _pair_term(a, w, mode: str, nbits, shift):
 def conv2d_compute(*, batch: int, height: int, width: int, channels: int, filters: int,
                    kernel: int, stride: int = 1, padding=0, a_bits: int, w_bits: int,
                    mode: str = "unipolar", word: str = "uint32",
-                   glue_out_bits: int | None = None, out_word: str = "uint32"):
+                   glue_out_bits: int | None = None, out_word: str = "uint32",
+                   residual: str | None = None, res_lshift: int = 0):
     """TE tensors of a bitserial conv2d (NHWC); returns (inputs, output) for create_prim_func.
 
     With glue_out_bits, three more int32 (O,) inputs follow: lshift, offset, rshift, and the output is
     bitpack(clip(((acc << lshift) + offset) >> rshift, 0, 2^out_bits - 1)).
+
+    residual (a ResNet shortcut added in the quantized domain, before the clip; the clip at 0 is the
+    block's ReLU):
+      "codes": one more input, the block input as packed codes (N, OH, OW, ceil(O/Wo), glue_out_bits)
+               of out_word; its codes, << res_lshift (aligns power-of-two steps), are added;
+      "glue":  four more inputs, the shortcut conv's int32 accumulators (N, OH, OW, O) and its own
+               lshift, offset, rshift: ((acc_d << l) + off) >> r is added (the shortcut's glue, unclipped).
     """
     from tvm import te, tirx
 
@@ -130,15 +138,84 @@ def conv2d_compute(*, batch: int, height: int, width: int, channels: int, filter
     conv = te.compute((batch, oh, ow, filters), acc, name="conv")
     if glue_out_bits is None:
         return [data, wgt], conv
+    if residual not in (None, "codes", "glue"):
+        raise CompileError(f"bitserial conv2d: residual '{residual}' is not one of None, 'codes', 'glue'")
     lsh = te.placeholder((filters,), "int32", name="lshift")
     off = te.placeholder((filters,), "int32", name="offset")
     rsh = te.placeholder((filters,), "int32", name="rshift")
+    inputs = [data, wgt, lsh, off, rsh]
     qmax = (1 << glue_out_bits) - 1
-    q = te.compute(
-        conv.shape,
-        lambda n, y, x, f: tirx.max(tirx.min(((conv[n, y, x, f] << lsh[f]) + off[f]) >> rsh[f], qmax), 0),
-        name="glue")
-    return [data, wgt, lsh, off, rsh], bitpack(q, bits=glue_out_bits, word=out_word, name="pack")
+    res_term = None
+    if residual == "codes":
+        owb = WORD_BITS[out_word]
+        res = te.placeholder((batch, oh, ow, -(-filters // owb), glue_out_bits), out_word, name="residual")
+        inputs.append(res)
+
+        def res_term(n, y, x, f):
+            bit = (f % owb).astype(out_word)
+            code = sum(((res[n, y, x, f // owb, b] >> bit) & tirx.const(1, out_word)).astype("int32") << b
+                       for b in range(glue_out_bits))
+            return code << res_lshift if res_lshift else code
+    elif residual == "glue":
+        racc = te.placeholder((batch, oh, ow, filters), "int32", name="res_acc")
+        rl, ro, rr = (te.placeholder((filters,), "int32", name=f"res_{k}") for k in ("lshift", "offset", "rshift"))
+        inputs += [racc, rl, ro, rr]
+
+        def res_term(n, y, x, f):
+            return ((racc[n, y, x, f] << rl[f]) + ro[f]) >> rr[f]
+
+    def glue(n, y, x, f):
+        t = ((conv[n, y, x, f] << lsh[f]) + off[f]) >> rsh[f]
+        if res_term is not None:
+            t = t + res_term(n, y, x, f)
+        return tirx.max(tirx.min(t, qmax), 0)
+
+    q = te.compute(conv.shape, glue, name="glue")
+    return inputs, bitpack(q, bits=glue_out_bits, word=out_word, name="pack")
+
+
+def quantize_pack_compute(x, *, bits: int, step: float, word: str = "uint32"):
+    """Float NHWC activations -> packed unipolar codes clip(floor(x / step + 0.5), 0, 2^bits - 1).
+
+    The entry into the binary part (after the float stem); step is a power of two, so x * (1/step)
+    is exact and the codes equal the numpy quantizer's for the same float input.
+    """
+    from tvm import te, tirx
+
+    qmax = float((1 << bits) - 1)
+    inv = tirx.const(1.0 / step, x.dtype)
+    codes = te.compute(x.shape, lambda *i: tirx.max(tirx.min(
+        tirx.floor(x[i] * inv + tirx.const(0.5, x.dtype)), tirx.const(qmax, x.dtype)),
+        tirx.const(0.0, x.dtype)).astype("int32"), name="quantize")
+    return bitpack(codes, bits=bits, word=word, name="pack")
+
+
+def unpack_compute(p, *, channels: int):
+    """Packed codes (N, H, W, ceil(C/W), bits) -> int32 codes (N, H, W, C)."""
+    from tvm import te, tirx
+
+    wb = WORD_BITS[str(p.dtype)]
+    bits = int(p.shape[-1])
+
+    def f(n, y, x, c):
+        bit = (c % wb).astype(p.dtype)
+        return sum(((p[n, y, x, c // wb, b] >> bit) & tirx.const(1, p.dtype)).astype("int32") << b
+                   for b in range(bits))
+
+    return te.compute((*p.shape[:3], channels), f, name="unpack")
+
+
+def unpack_mean_compute(p, *, channels: int, step: float):
+    """Global average pool of packed codes, dequantized: (N, H, W, Cw, bits) -> float32 (N, C)."""
+    from tvm import te
+
+    codes = unpack_compute(p, channels=channels)
+    h, w = int(p.shape[1]), int(p.shape[2])
+    ry, rx = te.reduce_axis((0, h), "ry"), te.reduce_axis((0, w), "rx")
+    total = te.compute((int(p.shape[0]), channels), lambda n, c: te.sum(codes[n, ry, rx, c], axis=[ry, rx]),
+                       name="code_sum")
+    scale = step / (h * w)
+    return te.compute(total.shape, lambda n, c: total[n, c].astype("float32") * scale, name="dequant_mean")
 
 
 def dense_compute(*, batch: int, features: int, units: int, a_bits: int, w_bits: int,

@@ -1,0 +1,158 @@
+"""A BinarizedNet as a Relax module: float stem/head as high-level ops, binary layers as call_tir.
+
+    emit_network(net, arch=..., glue="fused"|"unfused", output="scores"|"codes") -> (IRModule, names)
+
+The float stem (conv + bias + ReLU, max pool) and head (dense + softmax) stay high-level Relax ops, so
+`compile_relax` hands them to the float path's kernels (ops/fuse.py). Every bitserial conv is a
+call_tir to a PrimFunc from ops/bitserial.py scheduled for `arch` and marked opaque/scheduled, so no
+later pass merges or reschedules it. Weights are numpy-packed constants (lifted to params later).
+
+fused:   quantize+bitpack after the stem; each conv's glue (and the block's residual add) and the
+         bitpack run in the conv's epilogue: only packed codes travel between binary layers.
+unfused: each conv writes int32 accumulators; the glue is separate float ops (astype, multiply,
+         add, floor, add shortcut, clip) and a separate bitpack; the float codes of a block input
+         are kept for its identity shortcut.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from edge_sdk.compiler.ops import bitserial as ops
+from edge_sdk.errors import CompileError
+from edge_sdk.quant.bitserial import pack_conv_weights
+
+WORD = "uint32"
+
+
+class _Emitter:
+    def __init__(self, net, *, arch: str, glue: str):
+        from tvm import relax
+
+        if glue not in ("fused", "unfused"):
+            raise CompileError(f"bitserial network: glue '{glue}' is not 'fused' or 'unfused'")
+        self.relax, self.net, self.arch, self.glue = relax, net, arch, glue
+        self.bb = relax.BlockBuilder()
+        self.funcs: dict = {}
+        self.qmax = (1 << net.a_bits) - 1
+        self.names: dict[str, str] = {}  # binding name -> binary conv name, for the layer table
+
+    def const(self, arr, dtype=None):
+        import tvm
+
+        return self.relax.const(tvm.runtime.tensor(np.ascontiguousarray(arr if dtype is None else np.asarray(arr, dtype))))
+
+    def _func(self, spec: dict):
+        """One scheduled PrimFunc per distinct conv spec (ResNet repeats shapes)."""
+        key = tuple(sorted((k, str(v)) for k, v in spec.items()))
+        if key not in self.funcs:
+            name = f"edge_bitserial_conv_{len(self.funcs)}"
+            func = ops.conv2d_prim_func(arch=self.arch, **spec)
+            func = func.with_attrs({"global_symbol": name, "tirx.is_scheduled": True, "op_pattern": 8,
+                                    "tirx.noalias": True})
+            self.funcs[key] = self.bb.add_func(func, name)
+        return self.funcs[key]
+
+    def conv(self, conv, inp, *, glue_out: bool, residual: str | None = None, res_args=(), res_lshift: int = 0):
+        n, h, w, c = conv.in_shape
+        spec = dict(batch=n, height=h, width=w, channels=c, filters=conv.out_shape[3], kernel=conv.kernel,
+                    stride=conv.stride, padding=conv.pad, a_bits=conv.a_bits, w_bits=conv.w_bits,
+                    mode=self.net.mode, word=WORD)
+        args = [inp, self.const(pack_conv_weights(conv.w_codes, bits=conv.w_bits, word=WORD))]
+        if glue_out:
+            spec.update(glue_out_bits=conv.out_bits, out_word=WORD, residual=residual, res_lshift=res_lshift)
+            args += self.glue_consts(conv) + list(res_args)
+            shape = (*conv.out_shape[:3], -(-conv.out_shape[3] // ops.WORD_BITS[WORD]), conv.out_bits)
+            ty = self.relax.TensorType(shape, WORD)
+        else:
+            ty = self.relax.TensorType(conv.out_shape, "int32")
+        gv = self._func(spec)
+        var = self.bb.emit(self.relax.call_tir(gv, args, ty), name_hint=conv.name.replace(".", "_"))
+        self.names[var.name] = conv.name
+        return var
+
+    def glue_consts(self, conv):
+        g = conv.glue
+        return [self.const(v, "int32") for v in (g.lshift, g.offset, g.rshift)]
+
+    def pack(self, codes_f):
+        """Float codes -> packed words (the unfused graph's separate bitpack)."""
+        op = self.relax.op
+        ints = self.bb.emit(op.astype(codes_f, "int32"))
+        return self.bb.emit_te(lambda t: ops.bitpack(t, bits=self.net.a_bits, word=WORD), ints,
+                               primfunc_name_hint="bitserial_pack")
+
+    def float_glue(self, conv, acc):
+        """floor(acc * M + (B + 1/2)) in float32: the unfused glue before its clip."""
+        op = self.relax.op
+        z = self.bb.emit(op.astype(acc, "float32"))
+        z = self.bb.emit(op.multiply(z, self.const(conv.mult, "float32")))
+        z = self.bb.emit(op.add(z, self.const(conv.bias_half, "float32")))
+        return self.bb.emit(op.floor(z))
+
+    def clip(self, t):
+        return self.bb.emit(self.relax.op.clip(t, 0.0, float(self.qmax)))
+
+    # -- the network --------------------------------------------------------------------------
+    def stem(self, x):
+        op, s = self.relax.op, self.net.stem
+        y = self.bb.emit(op.nn.conv2d(x, self.const(s.weight), strides=s.stride, padding=s.pad,
+                                      data_layout="NHWC", kernel_layout="HWIO"), name_hint="conv1")
+        y = self.bb.emit(op.add(y, self.const(s.bias)), name_hint="conv1_bias")
+        y = self.bb.emit(op.nn.relu(y), name_hint="conv1_relu")
+        y = self.bb.emit(op.nn.max_pool2d(y, s.pool, s.pool_stride, padding=s.pool_pad, layout="NHWC"),
+                         name_hint="pool")
+        if self.glue == "fused":
+            p = self.bb.emit_te(ops.quantize_pack_compute, y, bits=self.net.a_bits, step=self.net.step, word=WORD,
+                                primfunc_name_hint="bitserial_quantize_pack")
+            return p, None
+        z = self.bb.emit(op.floor(self.bb.emit(op.add(self.bb.emit(op.multiply(y, self.relax.const(
+            1.0 / self.net.step, "float32"))), self.relax.const(0.5, "float32")))))
+        q = self.clip(z)
+        return self.pack(q), q
+
+    def block(self, b, p, qf):
+        if self.glue == "fused":
+            h = self.conv(b.conv1, p, glue_out=True)
+            if b.down is not None:
+                acc_d = self.conv(b.down, p, glue_out=False)
+                return self.conv(b.conv2, h, glue_out=True, residual="glue",
+                                 res_args=[acc_d, *self.glue_consts(b.down)]), None
+            return self.conv(b.conv2, h, glue_out=True, residual="codes", res_args=[p], res_lshift=b.res_lshift), None
+        op = self.relax.op
+        h = self.pack(self.clip(self.float_glue(b.conv1, self.conv(b.conv1, p, glue_out=False))))
+        t = self.float_glue(b.conv2, self.conv(b.conv2, h, glue_out=False))
+        if b.down is not None:
+            res = self.float_glue(b.down, self.conv(b.down, p, glue_out=False))
+        else:
+            res = qf if not b.res_lshift else self.bb.emit(op.multiply(qf, self.relax.const(
+                float(1 << b.res_lshift), "float32")))
+        q = self.clip(self.bb.emit(op.add(t, res)))
+        return self.pack(q), q
+
+    def head(self, p, output: str):
+        op, net = self.relax.op, self.net
+        c = net.blocks[-1].conv2.out_shape[3]
+        if output == "codes":
+            return self.bb.emit_te(ops.unpack_compute, p, channels=c, primfunc_name_hint="bitserial_unpack")
+        feat = self.bb.emit_te(ops.unpack_mean_compute, p, channels=c, step=net.step,
+                               primfunc_name_hint="bitserial_avgpool")
+        y = self.bb.emit(op.matmul(feat, self.const(net.fc_weight)), name_hint="fc")
+        y = self.bb.emit(op.add(y, self.const(net.fc_bias)), name_hint="fc_bias")
+        return self.bb.emit(op.nn.softmax(y, axis=-1), name_hint="softmax")
+
+
+def emit_network(net, *, arch: str, glue: str = "fused", output: str = "scores"):
+    """The Relax module of `net` (see module docstring) and {binding name: binary conv name}."""
+    if output not in ("scores", "codes"):
+        raise CompileError(f"bitserial network: output '{output}' is not 'scores' or 'codes'")
+    em = _Emitter(net, arch=arch, glue=glue)
+    relax = em.relax
+    x = relax.Var("input", relax.TensorType(net.input_shape, "float32"))
+    with em.bb.function("main", [x]):
+        with em.bb.dataflow():
+            p, qf = em.stem(x)
+            for b in net.blocks:
+                p, qf = em.block(b, p, qf)
+            gv = em.bb.emit_output(em.head(p, output))
+        em.bb.emit_func_output(gv)
+    return relax.transform.Normalize()(em.bb.get()), em.names

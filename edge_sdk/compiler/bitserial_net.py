@@ -1,0 +1,106 @@
+"""The bitserial backend of compile_model: a zoo model -> binarized network -> Relax VM executable.
+
+    lower_bitserial(model, variant, target, *, progress, seed) -> Lowered
+
+1. models/binarized.py turns the float zoo model into the Riptide layout (float stem and head, every
+   other conv bitserial with fused glue, residual adds on codes) at the variant's bit widths.
+2. quant/bitserial_net_ref.py computes the golden output in plain numpy on a 1/128-grid input (exact
+   through the float stem), so the integer part of a correct build matches it exactly and the float
+   head within 1e-4.
+3. bitserial_graph.py emits the Relax module; compile_relax (lower.py) schedules the float stem/head
+   with the float kernels, lifts every weight to p0000... and builds.
+4. The manifest's layer table gets one "bitserial_conv2d" row per binary conv: binary ops, bytes, and
+   the glue's estimated share of the layer's work (an op count, not a timing).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from edge_sdk.compiler.ops.bitserial import WORD_BITS
+from edge_sdk.errors import CompileError
+
+GOLDEN_TOL = 1e-4  # the float head (avg pool, dense, softmax) in float32 vs the float64 reference
+
+
+def compile_binarized(net, target, *, glue: str = "fused", output: str = "scores", progress=None):
+    """(executable, params, layer rows) for a BinarizedNet on an edge_sdk Target."""
+    from edge_sdk.compiler.bitserial_graph import WORD, emit_network
+    from edge_sdk.compiler.layers import layer_table
+    from edge_sdk.compiler.lower import compile_relax
+
+    mod, names = emit_network(net, arch=target.arch, glue=glue, output=output)
+    rows = layer_rows(net, layer_table(mod), names, glue=glue, word=WORD)
+    ex, params = compile_relax(mod, target, progress=progress)
+    return ex, params, rows
+
+
+def conv_row(conv, *, glue: str, word: str, residual: str | None) -> dict:
+    """Layer-table row of one bitserial conv: binary ops, bytes, and the glue's share (an estimate)."""
+    n, oh, ow, o = conv.out_shape
+    c, k, wb = conv.in_shape[3], conv.kernel, WORD_BITS[word]
+    outs = n * oh * ow * o
+    macs = outs * k * k * c
+    word_ops = outs * k * k * -(-c // wb) * conv.a_bits * conv.w_bits  # AND + popcount + add per word pair
+    glue_ops = outs * (5 + conv.out_bits + (4 if residual == "glue" else conv.out_bits if residual else 0))
+    words = lambda shape, bits: math.prod(shape[:3]) * -(-shape[3] // wb) * bits * (wb // 8)  # noqa: E731
+    read = words(conv.in_shape, conv.a_bits) + k * k * -(-c // wb) * conv.w_bits * o * (wb // 8) + 3 * 4 * o
+    if glue == "fused":
+        written = words(conv.out_shape, conv.out_bits)
+        glue_bytes = 0
+    else:  # int32 accumulators out, float tensors through the glue ops, codes packed again
+        written = outs * 4
+        glue_bytes = outs * 4 * 6 + words(conv.out_shape, conv.out_bits)
+    row = {
+        "op": "bitserial_conv2d", "inputs": [list(conv.in_shape)], "weights": [list(conv.w_codes.shape)],
+        "output": list(conv.out_shape), "flops": 2 * macs * conv.a_bits * conv.w_bits,
+        "bytes_read": int(read), "bytes_written": int(written), "epilogue": [f"glue:{glue}"] + (
+            [f"residual:{residual}"] if residual else []),
+        "bits": {"weights": conv.w_bits, "activations": conv.a_bits, "out": conv.out_bits},
+        "word_ops": int(word_ops),
+        "glue": {"mode": glue, "ops": int(glue_ops), "bytes": int(glue_bytes),
+                 "share_est": round(glue_ops / (3 * word_ops + glue_ops), 4)},
+    }
+    row["intensity"] = round(row["flops"] / max(1, read + written), 3)
+    return row
+
+
+def layer_rows(net, float_rows: list[dict], names: dict[str, str], *, glue: str, word: str) -> list[dict]:
+    """The float rows of the emitted graph, with each binary conv's call_tir row replaced by conv_row."""
+    residual = {}
+    for b in net.blocks:
+        residual[b.conv2.name] = "glue" if b.down is not None else "codes"
+    convs = {c.name: c for c in net.convs}
+    out = []
+    for r in float_rows:
+        if r["name"] in names:
+            conv = convs[names[r["name"]]]
+            res = residual.get(conv.name) if glue == "fused" else None
+            out.append({"name": conv.name, **conv_row(conv, glue=glue, word=word, residual=res)})
+        elif r["op"] == "call_tir":
+            out.append({**r, "op": "bitserial_aux"})  # quantize+pack, unpack+avgpool, bitpack
+        else:
+            out.append(r)
+    return out
+
+
+def lower_bitserial(model, variant, target, *, progress, seed: int):
+    from edge_sdk.compiler.build import Lowered
+    from edge_sdk.models.binarized import binarize, golden_input
+    from edge_sdk.quant.bitserial_net_ref import run_reference
+
+    if variant.glue not in ("fused", "unfused"):
+        raise CompileError(f"variant '{variant.name}': glue mode {variant.glue!r} is not 'fused' or 'unfused'")
+    net = binarize(model, a_bits=variant.activation_bits, w_bits=variant.weight_bits,
+                   polarity=variant.polarity or "unipolar")
+    x = golden_input(net.input_shape, seed=seed)
+    trace = run_reference(net, x, glue=variant.glue)
+    progress(f"binarized {model.name}: {len(net.convs)} bitserial convs, glue {variant.glue}; "
+             f"golden output from the numpy reference")
+    ex, params, rows = compile_binarized(net, target, glue=variant.glue, progress=progress)
+    extra = {"polarity": net.mode, "glue": variant.glue, "shiftnorm": net.shiftnorm, "activation_step": net.step,
+             "binary_layers": len(net.convs), "stem": "float32", "head": "float32",
+             "code_histogram": {str(k): round(v, 4) for k, v in trace.histogram.items()}}
+    return Lowered(ex, params, x, trace.scores.astype(np.float32), "numpy-bitserial", extra=extra,
+                   rtol=GOLDEN_TOL, atol=GOLDEN_TOL, layers=rows)

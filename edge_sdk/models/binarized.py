@@ -1,0 +1,217 @@
+"""Binarized zoo networks (Riptide layout): how a float zoo model becomes a bitserial network.
+
+ResNet18 (the zoo's `_resnet18`, same names, same seeded weights or .npz):
+  stem    conv1 7x7/2 + BN + ReLU in float32, then max pool 3x3/2 (float), then quantize to a-bit codes.
+          Its BN-folded weights are snapped per output channel to m * 2^-e with |m| <= 511 and its bias to
+          the grid 2^-(7+e): with an input on the 1/128 grid (the golden input) every partial sum is exact
+          in float32 whatever the summation order, so the compiled stem's codes equal the reference's.
+          (The snap is a 9-bit weight quantization of the float stem; any other input still works, it just
+          is not bit-exact at rounding ties.)
+  blocks  every other conv (3x3 and the 1x1 downsample shortcuts) is bitserial: weights quantized by
+          `quant.bitserial.quantize_weights` (w bits, per-channel scale), activations unipolar a-bit codes.
+          Each conv's scale + BN + ReLU + quantize becomes Riptide's fused glue (`quant.glue`):
+          q = clip(((acc << l) + offset) >> r, 0, 2^a - 1), bitpacked in the conv's epilogue.
+  residual in the quantized domain: conv2's glue is taken *unclipped* (an integer in output-code units),
+          the shortcut is added in the same units (identity: the block input codes << s, where
+          s = log2(step_in / step_out), 0 here; downsample: the 1x1 conv's own unclipped glue), then the
+          sum is clipped to [0, 2^a - 1] (the block's ReLU and saturation) and bitpacked. Each branch is
+          rounded before the add (as in the fused kernel), so fused and unfused agree exactly.
+  head    dequantize (code * step), global average pool, dense + softmax in float32.
+Activation ranges are fixed: every binary activation has step 2^(1-a) (BN output is about unit scale,
+  so codes cover [0, 2)); powers of two, as Riptide's shift normalization makes them.
+Shift normalization (`shiftnorm=True`, the default; Riptide trains this way): BN's gamma is rescaled so
+  each channel's multiplier |M| is a power of two, then the glue is *defined* by its integers (shift,
+  offset); the unfused float form uses M = 2^-shift and B = offset / 2^r - 1/2 exactly, so fused ==
+  unfused bit for bit. With shiftnorm=False the unfused glue keeps the float M and B, and fused differs
+  by the power-of-two snap of M (quant/glue.py bounds it).
+MobileNetV1: not binarized here (ModelError). Decision: its depthwise 3x3 convs have one input channel
+  per output, so a bitserial dot product would be 9 taps x a bits (no word of channels to pack); the
+  plan is Larq's: pointwise convs bitserial, depthwise in float (or int8), which needs a float <->
+  codes boundary around every depthwise layer; not built yet.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import numpy as np
+
+from edge_sdk.errors import ModelError
+from edge_sdk.models.zoo import BN_EPS, _Weights, same_padding
+from edge_sdk.quant.bitserial import quantize_weights
+from edge_sdk.quant.glue import FusedGlue, GlueParams, derive_fused_glue, flip_weight_codes, shiftnorm_params
+
+INPUT_GRID_BITS = 7  # the golden input is k / 128
+STEM_WEIGHT_BITS = 9  # |m| <= 511: 147 taps * 128 * 511 < 2^24, exact in float32
+
+
+@dataclass(frozen=True)
+class BinConv:
+    """One bitserial conv with its glue. Weight codes are already flipped where glue.flip says."""
+
+    name: str
+    in_shape: tuple[int, int, int, int]
+    out_shape: tuple[int, int, int, int]
+    kernel: int
+    stride: int
+    pad: tuple[int, int, int, int]  # top, left, bottom, right
+    w_codes: np.ndarray  # (KH, KW, C, O) int64, flipped
+    w_bits: int
+    a_bits: int  # input codes
+    out_bits: int
+    glue: FusedGlue
+    mult: np.ndarray  # (O,) unfused float multiplier |M| (2^-shift under shiftnorm)
+    bias_half: np.ndarray  # (O,) unfused float B + 1/2, so q = floor(acc * mult + bias_half)
+
+
+@dataclass(frozen=True)
+class Block:
+    name: str
+    conv1: BinConv
+    conv2: BinConv
+    down: BinConv | None
+    res_lshift: int = 0  # identity shortcut: codes << res_lshift are in conv2's output units
+
+
+@dataclass(frozen=True)
+class Stem:
+    weight: np.ndarray  # (7, 7, 3, C) float32, BN folded and snapped
+    bias: np.ndarray  # (C,) float32, snapped
+    stride: int
+    pad: tuple[int, int, int, int]
+    pool: int
+    pool_stride: int
+    pool_pad: tuple[int, int, int, int]
+    out_shape: tuple[int, int, int, int]  # after the pool
+
+
+@dataclass(frozen=True)
+class BinarizedNet:
+    name: str
+    input_shape: tuple[int, int, int, int]
+    stem: Stem
+    blocks: list[Block]
+    fc_weight: np.ndarray  # (C, classes) float32
+    fc_bias: np.ndarray
+    a_bits: int
+    w_bits: int
+    step: float  # every binary activation's quantization step
+    shiftnorm: bool
+    mode: str = "unipolar"
+
+    @property
+    def convs(self) -> list[BinConv]:
+        return [c for b in self.blocks for c in (b.conv1, b.conv2, b.down) if c is not None]
+
+
+def activation_step(a_bits: int) -> float:
+    return 2.0 ** (1 - a_bits)
+
+
+def _bn(w: _Weights, name: str, cout: int) -> tuple[np.ndarray, ...]:
+    return tuple(w.get(f"{name}.bn.{k}", (cout,), kind=k).astype(np.float64) for k in ("gamma", "beta", "mean", "var"))
+
+
+def _snap_stem(wt: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per channel: weights to m * 2^-e (|m| <= 2^9 - 1), bias to the grid 2^-(7+e) (module docstring)."""
+    lim = (1 << STEM_WEIGHT_BITS) - 1
+    peak = np.abs(wt).reshape(-1, wt.shape[-1]).max(axis=0)
+    e = np.where(peak > 0, np.floor(np.log2(lim / np.where(peak > 0, peak, 1.0))), 0.0)
+    m = np.round(wt * np.exp2(e))
+    units = np.round(b * np.exp2(e + INPUT_GRID_BITS))
+    taps = int(np.prod(wt.shape[:3]))
+    if (taps * (1 << INPUT_GRID_BITS) * lim + np.abs(units)).max() >= 2 ** 24:
+        raise ModelError("binarized stem: bias too large for an exact float32 stem (|bias| / max|w| is huge)")
+    return (m * np.exp2(-e)).astype(np.float32), (units * np.exp2(-e - INPUT_GRID_BITS)).astype(np.float32)
+
+
+def _bin_conv(w: _Weights, name: str, in_shape, cout: int, k: int, stride: int, *, a_bits: int, w_bits: int,
+              step: float, shiftnorm: bool) -> BinConv:
+    n, h, wd, cin = in_shape
+    wf = w.get(f"{name}.weight", (k, k, cin, cout), fan_in=k * k * cin)
+    gamma, beta, mean, var = _bn(w, name, cout)
+    codes, scale = quantize_weights(wf, bits=w_bits, out_axis=-1)
+    params = GlueParams(weight_scale=scale, in_step=step, out_step=step, gamma=gamma, beta=beta, mean=mean,
+                        var=var, out_bits=a_bits, eps=BN_EPS)
+    if shiftnorm:
+        params = shiftnorm_params(params)
+    bound = k * k * cin * ((1 << a_bits) - 1) * ((1 << w_bits) - 1)
+    glue = derive_fused_glue(params, acc_bound=bound)
+    if shiftnorm:  # the network is defined by its integers; the float form is exact
+        mult = np.exp2(-glue.shift.astype(np.float64))
+        bias_half = glue.offset.astype(np.float64) * np.exp2(-glue.rshift.astype(np.float64))
+    else:
+        m, b = params.multiplier_and_bias()
+        mult, bias_half = np.abs(m), b + 0.5
+    ph, pw = same_padding(h, k, stride), same_padding(wd, k, stride)
+    return BinConv(name=name, in_shape=tuple(in_shape), out_shape=(n, -(-h // stride), -(-wd // stride), cout),
+                   kernel=k, stride=stride, pad=(ph[0], pw[0], ph[1], pw[1]),
+                   w_codes=flip_weight_codes(codes, flip=glue.flip, bits=w_bits), w_bits=w_bits, a_bits=a_bits,
+                   out_bits=a_bits, glue=glue, mult=mult.astype(np.float32), bias_half=bias_half.astype(np.float32))
+
+
+def binarized_resnet18(*, alpha: float, resolution: int, classes: int, a_bits: int, w_bits: int,
+                       weights: Path | None = None, seed: int = 0, shiftnorm: bool = True) -> BinarizedNet:
+    """The zoo's ResNet18 (same weight names and seeded draw order) in the Riptide layout."""
+    if a_bits not in (1, 2, 3) or w_bits not in (1, 2):
+        raise ModelError(f"binarized resnet18: w{w_bits}a{a_bits} is not supported (weights 1-2 bits, activations 1-3)")
+    w = _Weights(weights, seed)
+    c = lambda ch: max(8, int(ch * alpha))  # noqa: E731  (the zoo's channel rule)
+    step = activation_step(a_bits)
+    n, res = 1, resolution
+    c1 = c(64)
+    wt = w.get("conv1.weight", (7, 7, 3, c1), fan_in=7 * 7 * 3)
+    gamma, beta, mean, var = _bn(w, "conv1", c1)
+    s = gamma / np.sqrt(var + BN_EPS)
+    sw, sb = _snap_stem(wt * s, beta - mean * s)
+    ph, pw = same_padding(res, 7, 2), same_padding(res, 7, 2)
+    h = -(-res // 2)
+    qh = same_padding(h, 3, 2)
+    shape = (n, -(-h // 2), -(-h // 2), c1)
+    stem = Stem(weight=sw, bias=sb, stride=2, pad=(ph[0], pw[0], ph[1], pw[1]), pool=3, pool_stride=2,
+                pool_pad=(qh[0], qh[0], qh[1], qh[1]), out_shape=shape)
+    blocks = []
+    kw = dict(a_bits=a_bits, w_bits=w_bits, step=step, shiftnorm=shiftnorm)
+    for stage, ch in enumerate([64, 128, 256, 512], start=1):
+        for j in range(2):
+            stride = 2 if (j == 0 and stage > 1) else 1
+            name = f"layer{stage}.{j}"
+            conv1 = _bin_conv(w, f"{name}.conv1", shape, c(ch), 3, stride, **kw)
+            conv2 = _bin_conv(w, f"{name}.conv2", conv1.out_shape, c(ch), 3, 1, **kw)
+            down = None
+            if stride != 1 or shape[3] != c(ch):
+                down = _bin_conv(w, f"{name}.downsample", shape, c(ch), 1, stride, **kw)
+            blocks.append(Block(name=name, conv1=conv1, conv2=conv2, down=down))
+            shape = conv2.out_shape
+    fc_w = w.get("fc.weight", (shape[3], classes), fan_in=shape[3], kind="fc")
+    fc_b = w.get("fc.bias", (classes,), kind="bias")
+    w.check_all_used()
+    return BinarizedNet(name="resnet18", input_shape=(1, res, res, 3), stem=stem, blocks=blocks, fc_weight=fc_w,
+                        fc_bias=fc_b, a_bits=a_bits, w_bits=w_bits, step=step, shiftnorm=shiftnorm)
+
+
+def binarize(model, *, a_bits: int, w_bits: int, polarity: str = "unipolar", shiftnorm: bool = True) -> BinarizedNet:
+    """The binarized counterpart of a zoo Model (its source says which weights: .npz or seed)."""
+    if polarity != "unipolar":
+        raise ModelError(f"binarized networks: polarity '{polarity}' is not built (ReLU networks are unipolar; "
+                         "bipolar exists at the op level only)")
+    if not model.source.startswith("zoo:"):
+        raise ModelError(f"{model.source}: only zoo models can be binarized here (Larq .tflite import is separate)")
+    if model.name != "resnet18":
+        why = (" (decision: depthwise convs are a poor fit for bitserial; see edge_sdk/models/binarized.py)"
+               if model.name == "mobilenet_v1" else "")
+        raise ModelError(f"model '{model.name}': no binarized layout yet; available: resnet18{why}")
+    q = {k: v[0] for k, v in parse_qs(model.source.partition("?")[2]).items()}
+    weights = Path(q["weights"]) if "weights" in q else None
+    opts = model.options
+    return binarized_resnet18(alpha=float(opts["alpha"]), resolution=int(opts["resolution"]),
+                              classes=int(opts["classes"]), a_bits=a_bits, w_bits=w_bits, weights=weights,
+                              seed=int(q.get("seed", 0)), shiftnorm=shiftnorm)
+
+
+def golden_input(shape, *, seed: int) -> np.ndarray:
+    """A camera-like input on the 1/128 grid ((u - 128) / 128 for pixels u): exact through the stem."""
+    rng = np.random.default_rng(seed)
+    u = rng.integers(0, 256, size=shape)
+    return ((u - 128) / 128.0).astype(np.float32)

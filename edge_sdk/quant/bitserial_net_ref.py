@@ -1,0 +1,96 @@
+"""A whole binarized network in plain numpy: the golden output of every bitserial package.
+
+Shares nothing with the TVM kernels: convolutions are plain integer convs of code *values* (no bit
+packing, no popcount), computed as exact float64 matmuls (|sums| < 2^53), and the glue is the integer
+formula of quant/glue.py written out. The layout and numerics of the network are documented in
+edge_sdk/models/binarized.py.
+
+    run_reference(net, x, glue="fused"|"unfused") -> Trace(scores, codes, stem_codes)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edge_sdk.quant.bitserial import code_values, conv_out_size
+
+
+@dataclass
+class Trace:
+    scores: np.ndarray  # (1, classes) float32 softmax
+    codes: np.ndarray  # (N, H, W, C) int64: the last binary layer's output codes
+    stem_codes: np.ndarray  # the codes entering the first binary layer
+    histogram: dict  # fraction of each code value over all binary activations (sanity of the ranges)
+
+
+def _pad(x, pad, value=0.0):
+    t, l, b, r = pad
+    return np.pad(x, ((0, 0), (t, b), (l, r), (0, 0)), constant_values=value)
+
+
+def conv2d_values(x, w, *, stride: int, pad) -> np.ndarray:
+    """Plain NHWC conv (zero padding) of float64 values, w HWIO."""
+    x = np.asarray(x, np.float64)
+    w = np.asarray(w, np.float64)
+    kh, kw = w.shape[:2]
+    xp = _pad(x, pad)
+    oh = conv_out_size(x.shape[1], kh, stride, pad[0], pad[2])
+    ow = conv_out_size(x.shape[2], kw, stride, pad[1], pad[3])
+    out = np.zeros((x.shape[0], oh, ow, w.shape[3]))
+    for ry in range(kh):
+        for rx in range(kw):
+            out += xp[:, ry:ry + stride * (oh - 1) + 1:stride, rx:rx + stride * (ow - 1) + 1:stride] @ w[ry, rx]
+    return out
+
+
+def max_pool(x, *, k: int, stride: int, pad) -> np.ndarray:
+    xp = _pad(x, pad, -np.inf)
+    oh = conv_out_size(x.shape[1], k, stride, pad[0], pad[2])
+    ow = conv_out_size(x.shape[2], k, stride, pad[1], pad[3])
+    out = np.full((x.shape[0], oh, ow, x.shape[3]), -np.inf)
+    for ry in range(k):
+        for rx in range(k):
+            out = np.maximum(out, xp[:, ry:ry + stride * (oh - 1) + 1:stride, rx:rx + stride * (ow - 1) + 1:stride])
+    return out
+
+
+def accumulate(conv, codes) -> np.ndarray:
+    """int64 accumulators of one bitserial conv: unipolar activation values times +-1 weight values."""
+    a = code_values(codes, bits=conv.a_bits, signed=False)
+    w = code_values(conv.w_codes, bits=conv.w_bits, signed=True)
+    acc = conv2d_values(a, w, stride=conv.stride, pad=conv.pad)
+    return np.rint(acc).astype(np.int64)
+
+
+def pre_clip(conv, acc, glue: str) -> np.ndarray:
+    """The glue before its clip, in output-code units (int64)."""
+    if glue == "fused":
+        g = conv.glue
+        return ((acc << g.lshift) + g.offset) >> g.rshift
+    z = acc.astype(np.float32) * conv.mult + conv.bias_half  # float32, as the unfused graph computes it
+    return np.floor(z).astype(np.int64)
+
+
+def run_reference(net, x, *, glue: str = "fused") -> Trace:
+    if glue not in ("fused", "unfused"):
+        raise ValueError(f"glue '{glue}' is not 'fused' or 'unfused'")
+    qmax = (1 << net.a_bits) - 1
+    s = net.stem
+    y = conv2d_values(x, s.weight, stride=s.stride, pad=s.pad) + s.bias.astype(np.float64)
+    y = max_pool(np.maximum(y, 0.0), k=s.pool, stride=s.pool_stride, pad=s.pool_pad)
+    codes = np.clip(np.floor(y / net.step + 0.5), 0, qmax).astype(np.int64)
+    stem_codes, seen = codes, [codes]
+    for b in net.blocks:
+        h = np.clip(pre_clip(b.conv1, accumulate(b.conv1, codes), glue), 0, qmax)
+        t = pre_clip(b.conv2, accumulate(b.conv2, h), glue)
+        res = pre_clip(b.down, accumulate(b.down, codes), glue) if b.down is not None else codes << b.res_lshift
+        codes = np.clip(t + res, 0, qmax)
+        seen += [h, codes]
+    feat = codes.astype(np.float64).mean(axis=(1, 2)) * net.step
+    logits = feat @ net.fc_weight.astype(np.float64) + net.fc_bias.astype(np.float64)
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    allc = np.concatenate([c.reshape(-1) for c in seen])
+    hist = {int(v): float(np.mean(allc == v)) for v in range(qmax + 1)}
+    return Trace(scores=(e / e.sum(axis=-1, keepdims=True)).astype(np.float32), codes=codes,
+                 stem_codes=stem_codes, histogram=hist)
