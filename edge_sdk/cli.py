@@ -208,9 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (add_compile_parser, add_inspect_parser, add_run_parser, add_list_parser):
         add(sub)
+    from edge_sdk.dashboard import add_dashboard_parser
     from edge_sdk.demo import add_demo_parser
+    from edge_sdk.results import add_results_parser
 
-    add_demo_parser(sub)
+    for add in (add_demo_parser, add_results_parser, add_dashboard_parser):
+        add(sub)
     return parser
 
 
