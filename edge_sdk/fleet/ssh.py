@@ -212,13 +212,22 @@ class Connection:
         return self._sftp
 
     def put(self, local: str | os.PathLike, remote_path: str, *,
-            progress: Callable[[int, int], None] | None = None) -> int:
+            progress: Callable[[int, int], None] | None = None, sha256: str | None = None) -> int:
         """Upload to a temporary name beside remote_path, then rename, so a cut transfer never
-        leaves a half-written file under the final name. Returns the bytes sent."""
+        leaves a half-written file under the final name. With sha256, the device hashes the
+        temporary file (sha256sum) first: a damaged transfer is removed and never takes the final
+        name. Returns the bytes sent."""
         parent, base = posixpath.split(remote_path)
         tmp = posixpath.join(parent, f".{base}.part-{uuid.uuid4().hex[:8]}")
         try:
             attrs = self.sftp.put(os.fspath(local), tmp, callback=progress, confirm=True)
+            self.bytes_sent += attrs.st_size
+            if sha256 is not None:
+                got = self.sha256(tmp)
+                if got != sha256:
+                    self._remove_quietly(tmp)
+                    raise DeviceError(f"device {self.device}: upload of {local} to {remote_path} arrived damaged: "
+                                      f"sha256 on the device is {got}, expected {sha256}; removed it")
             self.sftp.posix_rename(tmp, remote_path)
         except FileNotFoundError as e:
             self._remove_quietly(tmp)
@@ -226,8 +235,17 @@ class Connection:
         except (OSError, paramiko.SSHException, EOFError) as e:
             self._remove_quietly(tmp)
             raise DeviceError(f"device {self.device}: upload of {local} to {remote_path} failed: {e}") from None
-        self.bytes_sent += attrs.st_size
         return attrs.st_size
+
+    def sha256(self, remote_path: str) -> str | None:
+        """The file's sha256 computed on the device (sha256sum), or None if it does not exist."""
+        r = self.run(["sh", "-c", 'test -f "$1" || exit 3; sha256sum < "$1"', "sh", remote_path], check=False,
+                     timeout=600)
+        if r.exit_code == 3:
+            return None
+        if r.exit_code != 0 or not r.stdout.split():
+            raise DeviceError(f"device {self.device}: sha256sum {remote_path} failed: {r.stderr.strip()[-400:]}")
+        return r.stdout.split()[0]
 
     def get(self, remote_path: str, local: str | os.PathLike, *,
             progress: Callable[[int, int], None] | None = None) -> int:

@@ -7,10 +7,15 @@
 //
 //   edge-runner --lib model.so --params params.bin --input in.npy [--output out.npy]
 //               [--warmup W] [--repeat N] [--min-time-ms T] [--threads K]
+//               [--expect golden_output.npy [--rtol R] [--atol A]]
 //
 // It calls main(input, params sorted by key...) once (first_ms), W more untimed times, then at
 // least N timed times and until T ms have been spent, and prints ONE JSON line on stdout.
-// Errors: one message on stderr, exit code 2 (usage) or 1 (anything else).
+// With --expect, the output is compared with that .npy as numpy.allclose does
+// (|out - want| <= atol + rtol * |want|, NaN never close); the JSON gains a "golden" entry, and a
+// mismatch is reported on stderr with exit code 3. Deploy runs a package's golden check this way on
+// the device, which then needs no Python.
+// Errors: one message on stderr, exit code 2 (usage), 3 (golden mismatch) or 1 (anything else).
 #include <dlpack/dlpack.h>
 #include <tvm/ffi/any.h>
 #include <tvm/ffi/container/array.h>
@@ -22,6 +27,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -51,16 +57,27 @@ struct UsageError : std::runtime_error {
 struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+struct Mismatch : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
 struct Options {
-  std::string lib, params, input, output;
+  std::string lib, params, input, output, expect;
   int warmup = 1, repeat = 10, threads = 1;
-  double min_time_ms = 0;
+  double min_time_ms = 0, rtol = 1e-5, atol = 1e-8;  // numpy.allclose defaults
 };
+
+double ParseNonNegative(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(x >= 0))
+    throw UsageError(flag + ": expected a number >= 0, got '" + v + "'");
+  return x;
+}
 
 int ParseInt(const std::string& flag, const std::string& v, int lo) {
   char* end = nullptr;
@@ -77,22 +94,22 @@ Options ParseArgs(int argc, char** argv) {
     if (a == "-h" || a == "--help")
       throw UsageError(
           "usage: edge-runner --lib model.so --params params.bin --input in.npy [--output out.npy]"
-          " [--warmup W] [--repeat N] [--min-time-ms T] [--threads K]");
+          " [--warmup W] [--repeat N] [--min-time-ms T] [--threads K]"
+          " [--expect golden.npy [--rtol R] [--atol A]]");
     if (i + 1 >= argc) throw UsageError(a + ": missing value (or unknown option)");
     std::string v = argv[++i];
     if (a == "--lib") o.lib = v;
     else if (a == "--params") o.params = v;
     else if (a == "--input") o.input = v;
     else if (a == "--output") o.output = v;
+    else if (a == "--expect") o.expect = v;
+    else if (a == "--rtol") o.rtol = ParseNonNegative(a, v);
+    else if (a == "--atol") o.atol = ParseNonNegative(a, v);
     else if (a == "--warmup") o.warmup = ParseInt(a, v, 0);
     else if (a == "--repeat") o.repeat = ParseInt(a, v, 1);
     else if (a == "--threads") o.threads = ParseInt(a, v, 1);
-    else if (a == "--min-time-ms") {
-      char* end = nullptr;
-      o.min_time_ms = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || o.min_time_ms < 0)
-        throw UsageError("--min-time-ms: expected a number >= 0, got '" + v + "'");
-    } else {
+    else if (a == "--min-time-ms") o.min_time_ms = ParseNonNegative(a, v);
+    else {
       throw UsageError("unknown option '" + a + "'");
     }
   }
@@ -119,7 +136,8 @@ std::string HeaderValue(const std::string& header, const std::string& key, const
   return header.substr(start, end - start);
 }
 
-Npy ReadNpy(const std::string& path) {
+// Input tensors are float32, int8 or uint8; an --expect file may also hold float64, int16/32/64, uint16.
+Npy ReadNpy(const std::string& path, bool any_numeric = false) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Failure(path + ": cannot open input file: " + std::strerror(errno));
   std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -145,6 +163,11 @@ Npy ReadNpy(const std::string& path) {
   if (descr == "'<f4'") n.dtype = DLDataType{kDLFloat, 32, 1};
   else if (descr == "'|i1'" || descr == "'<i1'") n.dtype = DLDataType{kDLInt, 8, 1};
   else if (descr == "'|u1'" || descr == "'<u1'") n.dtype = DLDataType{kDLUInt, 8, 1};
+  else if (any_numeric && descr == "'<f8'") n.dtype = DLDataType{kDLFloat, 64, 1};
+  else if (any_numeric && descr == "'<i2'") n.dtype = DLDataType{kDLInt, 16, 1};
+  else if (any_numeric && descr == "'<i4'") n.dtype = DLDataType{kDLInt, 32, 1};
+  else if (any_numeric && descr == "'<i8'") n.dtype = DLDataType{kDLInt, 64, 1};
+  else if (any_numeric && descr == "'<u2'") n.dtype = DLDataType{kDLUInt, 16, 1};
   else
     throw Failure(path + ": unsupported input dtype " + descr +
                   " (the runner reads float32 '<f4', int8 '|i1' or uint8 '|u1')");
@@ -207,6 +230,50 @@ std::string DTypeName(DLDataType t) {
   std::string base = t.code == kDLFloat ? "float" : t.code == kDLInt ? "int"
                    : t.code == kDLUInt ? "uint" : t.code == kDLBool ? "bool" : "unknown";
   return t.code == kDLBool ? base : base + std::to_string(t.bits);
+}
+
+// ---- golden check ---------------------------------------------------------------------------
+std::vector<double> AsDoubles(const char* p, DLDataType t, size_t n) {
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const char* q = p + i * (t.bits / 8);
+    if (t.code == kDLFloat && t.bits == 32) { float v; std::memcpy(&v, q, 4); out[i] = v; }
+    else if (t.code == kDLFloat && t.bits == 64) { double v; std::memcpy(&v, q, 8); out[i] = v; }
+    else if (t.code == kDLInt && t.bits == 8) out[i] = static_cast<int8_t>(*q);
+    else if (t.code == kDLInt && t.bits == 16) { int16_t v; std::memcpy(&v, q, 2); out[i] = v; }
+    else if (t.code == kDLInt && t.bits == 32) { int32_t v; std::memcpy(&v, q, 4); out[i] = v; }
+    else if (t.code == kDLInt && t.bits == 64) { int64_t v; std::memcpy(&v, q, 8); out[i] = static_cast<double>(v); }
+    else if (t.code == kDLUInt && t.bits == 8) out[i] = static_cast<uint8_t>(*q);
+    else if (t.code == kDLUInt && t.bits == 16) { uint16_t v; std::memcpy(&v, q, 2); out[i] = v; }
+    else throw Failure("cannot compare outputs of dtype " + std::to_string(t.code) + ":" + std::to_string(t.bits));
+  }
+  return out;
+}
+
+struct Golden {
+  bool ok = true;
+  double max_abs_err = 0;
+  size_t mismatches = 0, count = 0;
+};
+
+Golden CompareGolden(const Options& o, const std::vector<int64_t>& shape, DLDataType dt, const char* data) {
+  Npy want = ReadNpy(o.expect, true);
+  if (want.shape != shape)
+    throw Mismatch("golden check FAILED: output shape " + ShapeStr(shape, false) + " differs from " + o.expect +
+                   " shape " + ShapeStr(want.shape, false));
+  Golden g;
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  g.count = n;
+  std::vector<double> got = AsDoubles(data, dt, n), ref = AsDoubles(want.data.data(), want.dtype, n);
+  for (size_t i = 0; i < n; ++i) {
+    double err = std::fabs(got[i] - ref[i]);
+    bool close = err <= o.atol + o.rtol * std::fabs(ref[i]);  // false for NaN
+    if (!close) ++g.mismatches;
+    if (!(err <= g.max_abs_err)) g.max_abs_err = std::isnan(err) ? INFINITY : err;
+  }
+  g.ok = g.mismatches == 0;
+  return g;
 }
 
 // ---- model --------------------------------------------------------------------------------
@@ -284,12 +351,13 @@ int Run(const Options& o) {
   ffi::Tensor out = AsTensor(rv);
   std::vector<int64_t> oshape(out.shape().begin(), out.shape().end());
   DLDataType odt = out.dtype();
-  if (!o.output.empty()) {
-    if (out.device().device_type != kDLCPU || !out.IsContiguous())
-      throw Failure("output is not a contiguous CPU tensor");
-    const char* p = static_cast<const char*>(out.data_ptr()) + out.byte_offset();
+  if (out.device().device_type != kDLCPU || !out.IsContiguous())
+    throw Failure("output is not a contiguous CPU tensor");
+  const char* p = static_cast<const char*>(out.data_ptr()) + out.byte_offset();
+  if (!o.output.empty())
     WriteNpy(o.output, odt, oshape, std::string(p, ffi::GetDataSize(static_cast<size_t>(out.numel()), odt)));
-  }
+  Golden golden;
+  if (!o.expect.empty()) golden = CompareGolden(o, oshape, odt, p);
 
   std::ostringstream js;
   js.precision(6);
@@ -300,8 +368,24 @@ int Run(const Options& o) {
      << ", \"warmup\": " << o.warmup << ", \"num_params\": " << keys.size()
      << ", \"output_shape\": " << ShapeStr(oshape, false) << ", \"output_dtype\": \""
      << DTypeName(odt) << "\", \"tvm_version\": \"" << EDGE_TVM_VERSION
-     << "\", \"tvm_ffi_version\": \"" << EDGE_TVM_FFI_VERSION << "\"}";
+     << "\", \"tvm_ffi_version\": \"" << EDGE_TVM_FFI_VERSION << "\"";
+  if (!o.expect.empty()) {
+    js.precision(9);
+    js << std::scientific << ", \"golden\": {\"ok\": " << (golden.ok ? "true" : "false") << ", \"max_abs_err\": ";
+    if (std::isfinite(golden.max_abs_err)) js << golden.max_abs_err; else js << "null";
+    js << ", \"mismatches\": " << golden.mismatches << ", \"count\": " << golden.count << ", \"rtol\": " << o.rtol
+       << ", \"atol\": " << o.atol << "}";
+  }
+  js << "}";
   std::cout << js.str() << std::endl;
+  if (!golden.ok) {
+    std::ostringstream msg;
+    msg.precision(3);
+    msg << "golden check FAILED: " << golden.mismatches << " of " << golden.count << " output values differ from "
+        << o.expect << " by more than atol=" << o.atol << " + rtol=" << o.rtol << " * |expected| (max abs err "
+        << golden.max_abs_err << ")";
+    throw Mismatch(msg.str());
+  }
   return 0;
 }
 
@@ -313,6 +397,9 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     std::cerr << "edge-runner: " << e.what() << std::endl;
     return 2;
+  } catch (const Mismatch& e) {
+    std::cerr << "edge-runner: " << e.what() << std::endl;
+    return 3;
   } catch (const ffi::Error& e) {
     std::cerr << "edge-runner: TVM error: " << e.kind() << ": " << e.message() << std::endl;
     return 1;

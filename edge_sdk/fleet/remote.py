@@ -1,0 +1,129 @@
+"""Act on what deploy installed: run an installed package on its device, roll a model back.
+
+    result = run_remote(device, Path("m.edgepkg"), repeat=10)   # dict: latency, top-k, golden, device
+    rollback(device, "mobilenet_v1-float32")                    # current <-> previous, after a check
+
+Both use the device's own runtime (.edge-sdk/runtime/current/bin/edge-runner), so what is
+measured is what the device runs; the golden pair is checked on every run (`--expect`).
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import tempfile
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from edge_sdk._suggest import did_you_mean
+from edge_sdk.errors import DeviceError, UsageError
+from edge_sdk.fleet.config import Device
+from edge_sdk.fleet.deploy import MODELS, RUNTIME, LocalPackage, golden_check
+from edge_sdk.fleet.ssh import Connection
+from edge_sdk.package import MEMBERS
+
+RUNNER = posixpath.join(RUNTIME, "current", "bin", "edge-runner")
+
+
+def run_remote(device: Device, package: Path, *, input_path: Path | None = None, repeat: int = 10,
+               warmup: int = 1, threads: int = 1, k: int = 5, known_hosts=None, timeout: float = 1800) -> dict:
+    """Run the package installed on `device` (found by its sha256) and report like `edge-sdk run --json`."""
+    from edge_sdk.package import open_package
+    from edge_sdk.run import load_input, top_k
+
+    pkg = LocalPackage.load(package)
+    with tempfile.TemporaryDirectory(prefix="edge-remote-run-") as tmp:
+        local = open_package(Path(package), Path(tmp) / "pkg")
+        x = load_input(input_path, local) if input_path else None
+        install = posixpath.join(MODELS, pkg.name, pkg.sha256)
+        scratch = posixpath.join(MODELS, pkg.name, f".run.tmp-{uuid.uuid4().hex[:8]}")
+        with Connection(device, known_hosts=known_hosts) as conn:
+            if conn.run(["test", "-f", posixpath.join(install, "model.so")], check=False).exit_code != 0:
+                raise DeviceError(f"device {device}: {package.name} (sha256 {pkg.sha256[:12]}...) is not installed "
+                                  f"there", hint=f"edge-sdk deploy {package} --device {device.name} --fleet ...")
+            j = lambda name: posixpath.join(install, name)  # noqa: E731
+            conn.run(["mkdir", "-p", scratch])
+            try:
+                argv = [RUNNER, "--lib", j("model.so"), "--params", j("params.bin"), "--warmup", str(warmup),
+                        "--repeat", str(repeat), "--threads", str(threads),
+                        "--output", posixpath.join(scratch, "out.npy")]
+                if x is not None:
+                    np.save(Path(tmp) / "in.npy", np.ascontiguousarray(x), allow_pickle=False)
+                    conn.put(Path(tmp) / "in.npy", posixpath.join(scratch, "in.npy"))
+                    argv += ["--input", posixpath.join(scratch, "in.npy")]
+                else:
+                    argv += ["--input", j("golden_input.npy"), "--expect", j("golden_output.npy"),
+                             "--rtol", repr(pkg.rtol), "--atol", repr(pkg.atol)]
+                r = conn.run(argv, check=False, timeout=timeout)
+                if r.exit_code not in (0, 3):
+                    raise DeviceError(f"device {device}: edge-runner failed (exit {r.exit_code}): "
+                                      f"{r.stderr.strip()[-600:]}")
+                raw = json.loads(r.stdout.strip().splitlines()[-1])
+                conn.get(posixpath.join(scratch, "out.npy"), Path(tmp) / "out.npy")
+                golden = raw.get("golden") or golden_check(conn, install, pkg, runtime=posixpath.join(RUNTIME, "current"))
+                arch = conn.run(["uname", "-m"]).stdout.strip()
+            finally:
+                conn.run(["rm", "-rf", scratch], check=False)
+        out = np.load(Path(tmp) / "out.npy", allow_pickle=False)
+        m = local.manifest
+    lat = np.asarray(raw["latencies_ms"])
+    return {
+        "package": str(package), "model": m["model"]["name"], "variant": m["variant"], "target": m["target"]["name"],
+        "device": device.name, "address": device.address, "arch": arch,
+        "threads": raw["threads"], "repeats": len(lat),
+        "latency_ms": {"median": float(np.median(lat)), "min": float(lat.min()), "max": float(lat.max()),
+                       "p10": float(np.percentile(lat, 10)), "p90": float(np.percentile(lat, 90))},
+        "load_ms": raw["load_ms"],
+        "golden": {"ok": bool(golden["ok"]), "max_abs_err": golden["max_abs_err"]},
+        "top_k": [{"class": c, "label": lbl, "score": s} for c, lbl, s in top_k(out, m.get("labels"), k)],
+        "versions": {"tvm": raw["tvm_version"], "tvm_ffi": raw["tvm_ffi_version"]},
+    }
+
+
+def rollback(device: Device, model: str, *, known_hosts=None) -> dict:
+    """Make `previous` current again (and the current one previous), after checking the previous
+    install's members and golden pair on the device; refuses when there is nothing to go back to."""
+    with Connection(device, known_hosts=known_hosts) as conn:
+        names = _models(conn)
+        if model not in names:
+            raise UsageError(f"device {device}: no model '{model}' installed: "
+                             + (did_you_mean(model, names) if names else "nothing is installed there"))
+        d = posixpath.join(MODELS, model)
+        cur, prev = _readlink(conn, posixpath.join(d, "current")), _readlink(conn, posixpath.join(d, "previous"))
+        if not prev or prev == cur:
+            raise DeviceError(f"device {device}: model {model} has no previous version to roll back to")
+        target = posixpath.join(d, prev)
+        manifest = conn.read_text(posixpath.join(target, "manifest.json"))
+        if manifest is None:
+            raise DeviceError(f"device {device}: {model} previous version {prev[:12]} is missing on the device")
+        m = json.loads(manifest)
+        check = LocalPackage(Path(f"{prev}.edgepkg"), prev, 0, model, m["target"]["arch"], m["target"]["name"],
+                             float(m["golden"]["rtol"]), float(m["golden"]["atol"]),
+                             {n: v["sha256"] for n, v in m["members"].items()})
+        r = conn.run(["sh", "-c", 'cd "$1" && sha256sum -c --quiet --strict -', "sh", target],
+                     input=check.checklist(), check=False, timeout=300)
+        if r.exit_code != 0 or set(check.members) != set(MEMBERS):
+            raise DeviceError(f"device {device}: {model} previous version {prev[:12]} fails its sha256 check; "
+                              f"not rolling back: {r.stdout.strip()[-300:]}")
+        golden = golden_check(conn, target, check, runtime=posixpath.join(RUNTIME, "current"))
+        script = r"""set -e
+cd "$1"
+ln -s "$2" ".current.tmp-$4"; mv -T ".current.tmp-$4" current
+ln -s "$3" ".previous.tmp-$4"; mv -T ".previous.tmp-$4" previous"""
+        conn.run(["sh", "-c", script, "sh", d, prev, cur or prev, uuid.uuid4().hex[:8]])
+    return {"device": device.name, "model": model, "current": prev, "previous": cur, "golden": golden}
+
+
+def _models(conn: Connection) -> list[str]:
+    try:
+        return sorted(a.filename for a in conn.sftp.listdir_attr(MODELS) if not a.filename.startswith("."))
+    except OSError:
+        return []
+
+
+def _readlink(conn: Connection, path: str) -> str | None:
+    try:
+        return conn.sftp.readlink(path)
+    except OSError:
+        return None
