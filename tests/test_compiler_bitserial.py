@@ -135,3 +135,53 @@ def test_aarch64_conv_kernel_uses_neon_cnt(tmp_path):
             funcs.setdefault(cur, []).append(line)
     with_cnt = sorted(name for name, body in funcs.items() if any("\tcnt\tv" in ln for ln in body))
     assert any("compute" in name for name in with_cnt), f"no NEON cnt in the conv kernel; functions with cnt: {with_cnt}"
+
+
+@pytest.mark.parametrize("residual,o,stride,lshift", [("codes", 64, 1, 0), ("codes", 16, 1, 1), ("glue", 40, 2, 0)])
+def test_fused_conv2d_adds_residual_in_the_quantized_domain(residual, o, stride, lshift):
+    """ResNet shortcut in the epilogue: unclipped glue + (codes << lshift | the shortcut's own glue), then clip."""
+    n, h, w, c, k, ab, wb, ob = 1, 8, 8, 32, 3, 2, 1, 2
+    pad = 1 if stride == 1 else (0, 0, 1, 1)
+    ex = ops.build(ops.conv2d_prim_func(arch=HOST.arch, batch=n, height=h, width=w, channels=c, filters=o, kernel=k,
+                                        stride=stride, padding=pad, a_bits=ab, w_bits=wb, glue_out_bits=ob,
+                                        residual=residual, res_lshift=lshift), target=HOST)
+    a, wt = RNG.integers(0, 1 << ab, (n, h, w, c)), RNG.integers(0, 1 << wb, (k, k, c, o))
+    acc = bs.bitserial_conv2d_nhwc(a, wt, a_bits=ab, w_bits=wb, mode="unipolar", stride=stride, padding=pad)
+
+    def glue_vectors():
+        sh, off = RNG.integers(-1, 5, o), RNG.integers(-30, 30, o)
+        return np.maximum(-sh, 0), off, np.maximum(sh, 0)
+
+    lsh, off, rsh = glue_vectors()
+    total = ((acc << lsh) + off) >> rsh
+    args = [_t(bs.pack_activations(a, bits=ab)), _t(bs.pack_conv_weights(wt, bits=wb)),
+            _t(lsh, "int32"), _t(off, "int32"), _t(rsh, "int32")]
+    if residual == "codes":
+        codes = RNG.integers(0, 1 << ob, acc.shape)
+        total = total + (codes << lshift)
+        args.append(_t(bs.pack_activations(codes, bits=ob)))
+    else:
+        racc = RNG.integers(-100, 100, acc.shape)
+        rl, ro, rr = glue_vectors()
+        total = total + (((racc << rl) + ro) >> rr)
+        args += [_t(racc, "int32"), _t(rl, "int32"), _t(ro, "int32"), _t(rr, "int32")]
+    ref = bs.pack_activations(np.clip(total, 0, (1 << ob) - 1), bits=ob)
+    out = _t(np.zeros(ref.shape, "uint32"))
+    ex.mod["main"](*args, out)
+    np.testing.assert_array_equal(out.numpy(), ref)
+
+
+def test_quantize_pack_and_unpack_ops_match_numpy():
+    x = tvm.te.placeholder((1, 3, 5, 40), "float32", name="x")
+    packed = ops.quantize_pack_compute(x, bits=3, step=0.25)
+    ex = ops.build(tvm.te.create_prim_func([x, packed]), target=HOST)
+    xs = (RNG.integers(-64, 512, (1, 3, 5, 40)) / 128).astype("float32")
+    out = _t(np.zeros((1, 3, 5, 2, 3), "uint32"))
+    ex.mod["main"](_t(xs), out)
+    codes = bs.quantize_activations(xs, bits=3, step=0.25)
+    np.testing.assert_array_equal(out.numpy(), bs.pack_activations(codes, bits=3))
+    p = tvm.te.placeholder((1, 3, 5, 2, 3), "uint32", name="p")
+    ex2 = ops.build(tvm.te.create_prim_func([p, ops.unpack_compute(p, channels=40)]), target=HOST)
+    back = _t(np.zeros((1, 3, 5, 40), "int32"))
+    ex2.mod["main"](out, back)
+    np.testing.assert_array_equal(back.numpy(), codes)

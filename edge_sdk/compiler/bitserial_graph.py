@@ -1,6 +1,9 @@
 """A BinarizedNet as a Relax module: float stem/head as high-level ops, binary layers as call_tir.
 
-    emit_network(net, arch=..., glue="fused"|"unfused", output="scores"|"codes") -> (IRModule, names)
+    emit_network(net, arch=..., glue="fused"|"unfused", output="scores"|"codes"|"both") -> (IRModule, names)
+
+"codes" returns the last binary layer's int32 codes (N, H, W, C) instead of the scores, "both" a tuple
+(codes, scores): what tests compare exactly against the reference (packages return "scores").
 
 The float stem (conv + bias + ReLU, max pool) and head (dense + softmax) stay high-level Relax ops, so
 `compile_relax` hands them to the float path's kernels (ops/fuse.py). Every bitserial conv is a
@@ -132,19 +135,22 @@ class _Emitter:
     def head(self, p, output: str):
         op, net = self.relax.op, self.net
         c = net.blocks[-1].conv2.out_shape[3]
-        if output == "codes":
-            return self.bb.emit_te(ops.unpack_compute, p, channels=c, primfunc_name_hint="bitserial_unpack")
+        if output in ("codes", "both"):
+            codes = self.bb.emit_te(ops.unpack_compute, p, channels=c, primfunc_name_hint="bitserial_unpack")
+            if output == "codes":
+                return codes
         feat = self.bb.emit_te(ops.unpack_mean_compute, p, channels=c, step=net.step,
                                primfunc_name_hint="bitserial_avgpool")
         y = self.bb.emit(op.matmul(feat, self.const(net.fc_weight)), name_hint="fc")
         y = self.bb.emit(op.add(y, self.const(net.fc_bias)), name_hint="fc_bias")
-        return self.bb.emit(op.nn.softmax(y, axis=-1), name_hint="softmax")
+        scores = self.bb.emit(op.nn.softmax(y, axis=-1), name_hint="softmax")
+        return self.bb.emit(self.relax.Tuple([codes, scores])) if output == "both" else scores
 
 
 def emit_network(net, *, arch: str, glue: str = "fused", output: str = "scores"):
     """The Relax module of `net` (see module docstring) and {binding name: binary conv name}."""
-    if output not in ("scores", "codes"):
-        raise CompileError(f"bitserial network: output '{output}' is not 'scores' or 'codes'")
+    if output not in ("scores", "codes", "both"):
+        raise CompileError(f"bitserial network: output '{output}' is not 'scores', 'codes' or 'both'")
     em = _Emitter(net, arch=arch, glue=glue)
     relax = em.relax
     x = relax.Var("input", relax.TensorType(net.input_shape, "float32"))
