@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(python3 python3-venv python3-dev g++ g++-aarch64-linux-gnu qemu-user binfmt-support
+APT_PACKAGES=(python3 python3-venv python3-dev g++ g++-aarch64-linux-gnu qemu-user qemu-user-static binfmt-support debootstrap
               openssh-server openssh-client iproute2 ca-certificates chromium)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -1,4 +1,5 @@
-"""Fixtures that start real OpenSSH servers (device_images/loopback_fleet.py) for the fleet tests.
+"""Fixtures that start real OpenSSH servers (device_images/loopback_fleet.py) for the fleet tests,
+and emulated arm64 Pis (device_images/emulated_pi.py) for the one qemu test.
 
 `loopback_fleet` (one per session, 3 devices) is for tests that leave the devices as they found
 them; `fresh_fleet` (per test) is for tests that stop a device or change its host key.
@@ -17,17 +18,18 @@ import pytest
 _REPO = Path(__file__).resolve().parents[2]
 
 
-def _load_loopback():
-    name = "edge_sdk_loopback_fleet"
+def _load(script: str):
+    name = f"edge_sdk_{script}"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, _REPO / "device_images" / "loopback_fleet.py")
+        spec = importlib.util.spec_from_file_location(name, _REPO / "device_images" / f"{script}.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
 
 
-loopback = _load_loopback()
+loopback = _load("loopback_fleet")
+emulated = _load("emulated_pi")
 
 
 def _require_sshd():
@@ -65,3 +67,19 @@ def known_hosts_for(tmp_path):
     def write(fleet):
         return fleet.write_known_hosts(tmp_path / "known_hosts")
     return write
+
+
+@pytest.fixture
+def emulated_pis():
+    """One emulated Pi (arm64 sshd under qemu in its own namespaces); builds the cached rootfs
+    on first use (minutes)."""
+    if os.geteuid() != 0:
+        pytest.skip("emulated Pis need root (namespaces, mounts)")
+    try:
+        emulated.check_host()
+    except emulated.EmulatedError as e:
+        pytest.skip(str(e))
+    root = tempfile.mkdtemp(prefix="edge-sdk-pis-")
+    fleet = emulated.EmulatedFleet.start(1, root, trust=True)
+    yield fleet
+    fleet.stop()

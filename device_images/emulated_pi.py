@@ -1,0 +1,466 @@
+#!/usr/bin/env python3
+"""Emulated Raspberry Pis: real aarch64 Debian bookworm userlands, each with its own arm64 sshd.
+
+Each device is a copy-on-write overlay over one cached arm64 root filesystem, with its own
+hostname (UTS namespace), network namespace reached through a veth pair (host 10.a.b.1, device
+10.a.b.2), host key and authorized_keys. Its sshd is the rootfs's arm64 /usr/sbin/sshd, run by
+qemu-user-static through binfmt_misc with QEMU_CPU=cortex-a53 (a Pi 3's core); every session
+the SDK opens runs aarch64 code. Emulated, so slow: ~0.5 s per SSH login, models run ~10-50x
+slower than on a Pi. Needs root, debootstrap, qemu-user-static and binfmt-support.
+
+    python device_images/emulated_pi.py build                       # once, ~4 min, cached
+    python device_images/emulated_pi.py start --n 1 --dir /tmp/pis [--trust]
+    EDGE_SDK_HOME=/tmp/pis edge-sdk fleet status --fleet /tmp/pis/fleet.yaml   # with --trust
+    python device_images/emulated_pi.py stop --dir /tmp/pis
+
+Cleanliness: each device's mounts (overlay, /proc, /dev, /run) are made inside a private mount
+namespace whose only processes are the device's, and its pid namespace ends when its sshd (pid
+1 there) is killed; so stopping a device, or even killing it, leaves no mount behind. stop()
+then deletes the network namespace (which removes the veth pair) and the device folder.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+SUITE = "bookworm"
+PACKAGES = "python3,python3-numpy,openssh-server,coreutils"
+MIRROR = "http://deb.debian.org/debian"
+USER, UID = "pi", 1000
+STATE = "emulated.json"
+_BUILD_REV = "1"  # bump when the rootfs recipe changes
+
+_SSHD_CONFIG = """\
+# written by device_images/emulated_pi.py
+ListenAddress {ip}:22
+HostKey /etc/ssh/ssh_host_ed25519_key
+PidFile /run/sshd.pid
+AuthorizedKeysFile .ssh/authorized_keys
+UsePAM no
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin no
+AllowUsers {user}
+Subsystem sftp internal-sftp
+SetEnv QEMU_CPU=cortex-a53
+UseDNS no
+PrintMotd no
+MaxStartups 32:30:64
+LogLevel VERBOSE
+"""
+
+# Run (host /bin/sh) inside fresh mount/UTS/pid namespaces, in the device's network namespace.
+_BOOT = r"""
+set -eu
+lower=$1 upper=$2 work=$3 root=$4 name=$5 log=$6
+mount --make-rprivate /
+mount -t overlay overlay -o "lowerdir=$lower,upperdir=$upper,workdir=$work" "$root"
+mount -t proc proc "$root/proc"
+mount --rbind /dev "$root/dev"
+mount -t tmpfs -o mode=755 tmpfs "$root/run"
+mkdir -p -m 755 "$root/run/sshd"
+mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
+hostname "$name"
+export QEMU_CPU=cortex-a53
+exec chroot "$root" /usr/sbin/sshd -D -f /etc/ssh/sshd_config.edge-sdk -E "$log"
+"""
+
+
+class EmulatedError(RuntimeError):
+    pass
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("EDGE_SDK_CACHE") or "~/.cache/edge-sdk").expanduser()
+
+
+def rootfs_dir() -> Path:
+    return cache_root() / "rootfs" / f"{SUITE}-arm64-r{_BUILD_REV}"
+
+
+# -- prerequisites and the root filesystem -------------------------------------------------------
+def check_host() -> None:
+    """Root, the tools, and binfmt_misc running aarch64 ELF files through qemu (registered if needed)."""
+    if os.geteuid() != 0:
+        raise EmulatedError("emulated Pis need root (namespaces, mounts, chroot)")
+    for tool, pkg in (("debootstrap", "debootstrap"), ("qemu-aarch64-static", "qemu-user-static"),
+                      ("update-binfmts", "binfmt-support"), ("ip", "iproute2"), ("unshare", "util-linux")):
+        if shutil.which(tool) is None:
+            raise EmulatedError(f"'{tool}' not found: apt-get install {pkg}")
+    binfmt = Path("/proc/sys/fs/binfmt_misc")
+    if not (binfmt / "status").exists():
+        _run(["mount", "-t", "binfmt_misc", "binfmt_misc", os.fspath(binfmt)])
+    entry = binfmt / "qemu-aarch64"
+    if not entry.exists():
+        _run(["update-binfmts", "--enable", "qemu-aarch64"])
+    text = entry.read_text() if entry.exists() else ""
+    if "enabled" not in text.splitlines()[:1] or "F" not in _flags(text):
+        raise EmulatedError(f"binfmt_misc entry {entry} is not enabled with the F (fix-binary) flag, so a "
+                            f"chroot cannot find qemu:\n{text}\nrun: update-binfmts --enable qemu-aarch64")
+
+
+def _flags(text: str) -> str:
+    return next((ln.split(":", 1)[1] for ln in text.splitlines() if ln.startswith("flags:")), "")
+
+
+def build_rootfs(*, mirror: str = MIRROR, log=print) -> Path:
+    """The cached arm64 bookworm rootfs (debootstrap, ~4 min the first time) with user `pi`
+    (uid 1000, no password: key login only) and no host keys (each device gets its own)."""
+    final = rootfs_dir()
+    if (final / ".edge-sdk-rootfs").exists():
+        return final
+    check_host()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.build-", dir=final.parent))
+    os.chmod(tmp, 0o755)
+    t0 = time.monotonic()
+    try:
+        log(f"emulated_pi: debootstrap {SUITE} arm64 into {tmp} (takes minutes)")
+        p = subprocess.run(["debootstrap", "--arch=arm64", "--variant=minbase", f"--include={PACKAGES}",
+                            SUITE, os.fspath(tmp), mirror], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise EmulatedError(f"debootstrap failed ({p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
+        for key in (tmp / "etc/ssh").glob("ssh_host_*"):
+            key.unlink()
+        _run(["chroot", os.fspath(tmp), "useradd", "-m", "-u", str(UID), "-s", "/bin/bash", "-p", "*", USER])
+        _run(["chroot", os.fspath(tmp), "apt-get", "clean"])
+        shutil.rmtree(tmp / "var/lib/apt/lists", ignore_errors=True)
+        (tmp / "var/lib/apt/lists/partial").mkdir(parents=True)
+        (tmp / ".edge-sdk-rootfs").write_text(json.dumps(
+            {"suite": SUITE, "packages": PACKAGES, "mirror": mirror, "seconds": round(time.monotonic() - t0, 1)}))
+        if final.exists():
+            _rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            _rmtree(tmp)
+    log(f"emulated_pi: rootfs ready in {time.monotonic() - t0:.0f} s: {final}")
+    return final
+
+
+# -- devices --------------------------------------------------------------------------------------
+@dataclass
+class PiDevice:
+    name: str
+    ip: str  # the device's address (inside its network namespace)
+    host_ip: str  # the host end of the veth pair
+    netns: str
+    veth: str
+    dir: str
+    pid: int | None = None  # the `unshare` process holding the device's namespaces
+    port: int = 22
+
+    host_key_file = property(lambda self: Path(self.dir) / "upper/etc/ssh/ssh_host_ed25519_key")
+    log = property(lambda self: Path(self.dir) / "sshd.log")
+
+    def public_host_key(self) -> str:
+        return " ".join(self.host_key_file.with_suffix(".pub").read_text().split()[:2])
+
+
+class EmulatedFleet:
+    """Start with EmulatedFleet.start(n, root); reattach with EmulatedFleet.load(root)."""
+
+    def __init__(self, root: Path, fleet_id: str, devices: list[PiDevice]):
+        self.root, self.fleet_id, self.devices = Path(root), fleet_id, devices
+        self._procs: dict[str, subprocess.Popen] = {}
+
+    fleet_yaml = property(lambda self: self.root / "fleet.yaml")
+    client_key = property(lambda self: self.root / "client_ed25519")
+
+    def __getitem__(self, name: str) -> PiDevice:
+        return {d.name: d for d in self.devices}[name]
+
+    @classmethod
+    def start(cls, n: int, root: str | os.PathLike, *, trust: bool = False, timeout: float = 120.0) -> EmulatedFleet:
+        check_host()
+        if not 1 <= n <= 16:
+            raise EmulatedError("--n must be from 1 to 16")
+        lower = build_rootfs()
+        root = Path(root).resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        if (root / STATE).exists():
+            raise EmulatedError(f"{root} already holds emulated Pis: stop them first (stop --dir {root})")
+        fleet = cls(root, secrets.token_hex(3), [])
+        try:
+            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "edge-sdk emulated-pi client",
+                  "-f", os.fspath(fleet.client_key)])
+            for i, net in enumerate(_free_subnets(n)):
+                hosts = list(net.hosts())
+                dev = PiDevice(f"pi{i + 1}", str(hosts[1]), str(hosts[0]), f"edge-pi-{fleet.fleet_id}-{i + 1}",
+                               f"ep{fleet.fleet_id}{i + 1}", os.fspath(root / f"pi{i + 1}"))
+                fleet.devices.append(dev)
+                fleet._provision(dev)
+                fleet._save()
+                fleet._network(dev)
+            for dev in fleet.devices:
+                fleet._spawn(dev, lower)
+            fleet._save()
+            for dev in fleet.devices:
+                fleet._wait_ready(dev, timeout)
+            fleet._write_fleet_yaml()
+            if trust:
+                fleet.write_known_hosts(root / "known_hosts")
+        except BaseException:
+            fleet.stop()
+            raise
+        return fleet
+
+    @classmethod
+    def load(cls, root: str | os.PathLike) -> EmulatedFleet:
+        root = Path(root).resolve()
+        try:
+            state = json.loads((root / STATE).read_text())
+        except FileNotFoundError:
+            raise EmulatedError(f"no emulated Pis in {root} ({STATE} missing)") from None
+        return cls(root, state["fleet_id"], [PiDevice(**d) for d in state["devices"]])
+
+    def stop(self) -> None:
+        """Stop every device, delete its network namespace (and veth) and what start() wrote."""
+        problems = []
+        for dev in self.devices:
+            self.stop_device(dev.name)
+            if Path(f"/run/netns/{dev.netns}").exists():
+                p = _run(["ip", "netns", "del", dev.netns], check=False)
+                if p.returncode != 0:
+                    problems.append(f"ip netns del {dev.netns}: {p.stderr.strip()}")
+            _run(["ip", "link", "del", dev.veth], check=False)  # normally gone with the namespace
+            try:
+                _rmtree(Path(dev.dir))
+            except EmulatedError as e:
+                problems.append(str(e))
+        for name in (STATE, "fleet.yaml", "known_hosts", "client_ed25519", "client_ed25519.pub"):
+            (self.root / name).unlink(missing_ok=True)
+        try:
+            self.root.rmdir()
+        except OSError:
+            pass
+        left = [m for m in _mounts() if any(m.startswith(d.dir) for d in self.devices)]
+        if left:
+            problems.append(f"mounts left: {left}")
+        if problems:
+            raise EmulatedError("stopped, but: " + "; ".join(problems))
+
+    def stop_device(self, name: str) -> None:
+        """Power off one device: every process in its pid namespace dies, its mounts go with them."""
+        dev = self[name]
+        proc = self._procs.pop(name, None)
+        if dev.pid and _is_ours(dev.pid, dev.dir):
+            _kill_quietly(dev.pid)  # unshare --kill-child: its child (pid 1 there) gets SIGKILL
+            if proc is not None:
+                proc.wait(10)
+            deadline = time.monotonic() + 10
+            while Path(f"/proc/{dev.pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        dev.pid = None
+        deadline = time.monotonic() + 10  # the namespace's mounts go when its last process has gone
+        while any(m.startswith(dev.dir) for m in _mounts()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if (self.root / STATE).exists():
+            self._save()
+
+    def start_device(self, name: str, *, timeout: float = 120.0) -> None:
+        dev = self[name]
+        if dev.pid:
+            raise EmulatedError(f"{name} is running")
+        self._spawn(dev, rootfs_dir())
+        self._wait_ready(dev, timeout)
+        self._save()
+
+    def write_known_hosts(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        _write_atomic(path, "".join(f"{d.ip} {d.public_host_key()}\n" for d in self.devices), 0o600)
+        return path
+
+    # -- steps ---------------------------------------------------------------------------------
+    def _provision(self, dev: PiDevice) -> None:
+        d = Path(dev.dir)
+        for sub in ("upper/etc/ssh", "work", "root"):
+            (d / sub).mkdir(parents=True)
+        os.chmod(d / "upper", 0o755)
+        upper = d / "upper"
+        for p in ("etc", "etc/ssh"):
+            os.chmod(upper / p, 0o755)
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{dev.name} host key",
+              "-f", os.fspath(dev.host_key_file)])
+        (upper / "etc/ssh/sshd_config.edge-sdk").write_text(_SSHD_CONFIG.format(ip=dev.ip, user=USER))
+        (upper / "etc/hostname").write_text(dev.name + "\n")
+        ssh_dir = upper / "home" / USER / ".ssh"
+        ssh_dir.mkdir(parents=True, mode=0o700)
+        os.chmod(upper / "home", 0o755)
+        shutil.copyfile(self.client_key.with_suffix(".pub"), ssh_dir / "authorized_keys")
+        for p in (upper / "home" / USER, ssh_dir, ssh_dir / "authorized_keys"):
+            os.chown(p, UID, UID)
+        os.chmod(upper / "home" / USER, 0o755)
+
+    def _network(self, dev: PiDevice) -> None:
+        ns = ["ip", "netns", "exec", dev.netns]
+        _run(["ip", "netns", "add", dev.netns])
+        _run(["ip", "link", "add", dev.veth, "type", "veth", "peer", "name", "eth0", "netns", dev.netns])
+        _run(["ip", "addr", "add", f"{dev.host_ip}/30", "dev", dev.veth])
+        _run(["ip", "link", "set", dev.veth, "up"])
+        _run([*ns, "ip", "addr", "add", f"{dev.ip}/30", "dev", "eth0"])
+        _run([*ns, "ip", "link", "set", "eth0", "up"])
+        _run([*ns, "ip", "link", "set", "lo", "up"])
+
+    def _spawn(self, dev: PiDevice, lower: Path) -> None:
+        d = Path(dev.dir)
+        shutil.rmtree(d / "work", ignore_errors=True)
+        (d / "work").mkdir()
+        log = d / "upper/var/log/sshd.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.touch()
+        dev.log.unlink(missing_ok=True)
+        dev.log.symlink_to(log)
+        argv = ["ip", "netns", "exec", dev.netns, "unshare", "--mount", "--uts", "--pid", "--fork",
+                "--kill-child=SIGKILL", "/bin/sh", "-c", _BOOT, "edge-pi-boot",
+                os.fspath(lower), os.fspath(d / "upper"), os.fspath(d / "work"), os.fspath(d / "root"),
+                dev.name, "/var/log/sshd.log"]
+        boot_log = open(d / "boot.log", "wb")  # noqa: SIM115 - kept by the child
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=boot_log, stderr=boot_log,
+                                start_new_session=True)
+        boot_log.close()
+        self._procs[dev.name] = proc
+        dev.pid = proc.pid
+
+    def _wait_ready(self, dev: PiDevice, timeout: float) -> None:
+        """Ready when sshd answers with its banner (it is listening and running under qemu)."""
+        deadline = time.monotonic() + timeout
+        proc = self._procs.get(dev.name)
+        while True:
+            if proc is not None and proc.poll() is not None:
+                boot = (Path(dev.dir) / "boot.log").read_text(errors="replace")[-2000:]
+                raise EmulatedError(f"{dev.name} exited with {proc.returncode} while starting:\n{boot}\n"
+                                    + dev.log.read_text(errors="replace")[-2000:])
+            try:
+                with socket.create_connection((dev.ip, 22), timeout=2) as s:
+                    s.settimeout(10)
+                    if s.recv(64).startswith(b"SSH-"):
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise EmulatedError(f"{dev.name}: sshd not answering on {dev.ip}:22 after {timeout:g} s; "
+                                    f"see {dev.dir}/boot.log and {dev.log}")
+            time.sleep(0.1)
+
+    def _save(self) -> None:
+        state = {"fleet_id": self.fleet_id, "devices": [asdict(d) for d in self.devices]}
+        _write_atomic(self.root / STATE, json.dumps(state, indent=1), 0o644)
+
+    def _write_fleet_yaml(self) -> None:
+        lines = ["# written by device_images/emulated_pi.py: arm64 Debian under qemu, one namespace each",
+                 f"defaults: {{user: {USER}, key: {self.client_key}, target: pi3}}", "devices:"]
+        lines += [f"  {d.name}: {{host: {d.ip}, tags: [emulated]}}" for d in self.devices]
+        lines += ["groups:", "  emulated: {match: {tags: [emulated]}}", ""]
+        _write_atomic(self.fleet_yaml, "\n".join(lines), 0o644)
+
+
+# -- helpers --------------------------------------------------------------------------------------
+def _run(argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess:
+    p = subprocess.run(argv, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise EmulatedError(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.strip()}")
+    return p
+
+
+def _free_subnets(n: int) -> list[ipaddress.IPv4Network]:
+    """n /30 networks in 10.200.0.0/13 that no interface or route here uses (random, so fleets of
+    several engineers do not collide)."""
+    used = [ipaddress.ip_network(w, strict=False) for line in _run(["ip", "-4", "route", "show", "table", "all"]).stdout
+            .splitlines() for w in line.split()[:1] if w[0].isdigit()]
+    out: list[ipaddress.IPv4Network] = []
+    rng = random.Random()
+    while len(out) < n:
+        net = ipaddress.ip_network(f"10.{rng.randint(200, 207)}.{rng.randint(0, 255)}.{rng.randrange(0, 256, 4)}/30")
+        if not any(net.overlaps(u) for u in used + out):
+            out.append(net)
+    return out
+
+
+def _rmtree(path: Path) -> None:
+    """rm -rf that never descends into a mount (debootstrap mounts /proc, /sys, maybe /dev in
+    the target; a failed run may leave them): unmount first, refuse if that fails."""
+    path = Path(path).resolve()
+    inside = [m for m in _mounts() if m == os.fspath(path) or m.startswith(os.fspath(path) + "/")]
+    for m in sorted(inside, key=len, reverse=True):
+        _run(["umount", "-R", "-l", m], check=False)
+    left = [m for m in _mounts() if m == os.fspath(path) or m.startswith(os.fspath(path) + "/")]
+    if left:
+        raise EmulatedError(f"not deleting {path}: still mounted there: {left}")
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _mounts() -> list[str]:
+    return [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+
+
+def _is_our_process(pid: int, marker: str) -> bool:
+    try:
+        return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+_is_ours = _is_our_process
+
+
+def _kill_quietly(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _write_atomic(path: Path, text: str, mode: int) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help=f"build (or find) the cached arm64 rootfs under {cache_root()}/rootfs")
+    b.add_argument("--mirror", default=MIRROR)
+    s = sub.add_parser("start", help="start N emulated Pis and write DIR/fleet.yaml")
+    s.add_argument("--n", type=int, default=1)
+    s.add_argument("--dir", required=True)
+    s.add_argument("--trust", action="store_true", help="also write DIR/known_hosts (use EDGE_SDK_HOME=DIR)")
+    t = sub.add_parser("stop", help="stop the emulated Pis in DIR and delete their namespaces and DIR")
+    t.add_argument("--dir", required=True)
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "build":
+            print(build_rootfs(mirror=args.mirror))
+        elif args.cmd == "start":
+            t0 = time.monotonic()
+            fleet = EmulatedFleet.start(args.n, args.dir, trust=args.trust)
+            for d in fleet.devices:
+                print(f"{d.name}: {USER}@{d.ip} (netns {d.netns}, pid {d.pid})")
+            print(f"started in {time.monotonic() - t0:.1f} s; fleet file: {fleet.fleet_yaml}")
+        else:
+            EmulatedFleet.load(args.dir).stop()
+    except EmulatedError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
