@@ -132,13 +132,17 @@ def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, act=("no
     la, ly, lz, lo = sch.get_loops(ob)
     zo, zi = sch.split(lz, [None, mr])
     oo, oi = sch.split(lo, [None, nr])
-    sch.reorder(la, ly, zo, oo, zi, oi)
-    sch.compute_at(cb, oo)
+    # Few pixels, many weights (late ResNet layers): sweep each weight panel over all pixels once,
+    # else the whole weight tensor streams from DRAM once per output row.
+    weights_outer = cpad > oh * ow
+    outer = [oo, la, ly, zo] if weights_outer else [la, ly, zo, oo]
+    sch.reorder(*outer, zi, oi)
+    sch.compute_at(cb, outer[-1])
     sch.set_scope(cb, 0, "local")
     sch.unroll(zi)
     sch.vectorize(oi)
     red = tile_inner(sch, cb, 4, [mr, nr], [kh, kw, ci], vec=True)
-    sch.parallel(sch.fuse(la, ly))
+    sch.parallel(oo if weights_outer else sch.fuse(la, ly))
     if red:
         sch.decompose_reduction(cb, red[0])
     if any(padding):

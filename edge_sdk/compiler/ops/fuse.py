@@ -148,6 +148,7 @@ class KernelRewriter(PyExprMutator):
         self.kernels: dict = {}
         self.plans: dict = {}
         self.counts: dict[str, int] = {}
+        self.claimed: set = set()
 
     def rewrite(self) -> tvm.IRModule:
         func = self.builder_.get()["main"]
@@ -188,9 +189,12 @@ class KernelRewriter(PyExprMutator):
             if len(nxt) != 1 or not graph.single_user(cur, nxt[0]):
                 break
             v, c = nxt[0]
-            if not chain.absorb(graph, cur, c, out_shape):
+            # an op joins one chain only: in conv + BN + add(shortcut conv + BN) + relu both
+            # convs reach the add; the first one planned takes it, the other ends before it
+            if v in self.claimed or not chain.absorb(graph, cur, c, out_shape):
                 break
             cur = chain.end = v
+            self.claimed.add(v)
         self.plans[chain.end] = (head, chain)
 
     @staticmethod
