@@ -1,0 +1,356 @@
+"""edge-sdk bench: our variants and the peer engines, side by side, in one run.
+
+Lifecycle: Model -> one cached .edgepkg per variant (compile_model) -> timed runs with the runtime
+bundle (or instruction counts under qemu with --emulate) -> one BenchRow per (engine, variant,
+threads) -> BenchResult: a rich table, JSON, and rows in the results store.
+
+Measured like a measurement: warm-up runs, then repeats until a minimum time has passed (at least
+--repeat), median and p10/p90; every row has a status: ok, wrong output (the package's golden check
+failed), failed (with the error), unavailable (variant not landed, peer not set up). Threads, CPU,
+clock, temperature, load and versions go with every figure (sysinfo.py).
+
+Packages are cached under $EDGE_SDK_CACHE/bench/, keyed by the model (source, options, file
+sha256), variant, target, edge-sdk and TVM versions, and a digest of edge_sdk/compiler's sources
+(so a teammate's faster kernel is rebuilt, not served stale).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edge_sdk import __version__
+from edge_sdk._suggest import did_you_mean
+from edge_sdk.errors import EdgeError, UsageError
+from edge_sdk.runtime.bundle import cache_root
+
+OK, WRONG, FAILED, UNAVAILABLE = "ok", "wrong output", "failed", "unavailable"
+SCHEMA = "edge-sdk.bench/1"
+_COMPILER_DIR = Path(__file__).resolve().parents[1] / "compiler"
+
+
+@dataclass
+class BenchRow:
+    engine: str  # "edge-sdk" or a peer engine
+    variant: str
+    family: str  # float / int8 / bitserial (ours), float / int8 / binary (peers)
+    threads: int
+    status: str = OK
+    detail: str = ""
+    latency_ms: dict | None = None  # median, p10, p90, min, max
+    repeats: int = 0
+    instructions: float | None = None  # per inference, under --emulate
+    counts: dict | None = None  # raw qemu counts per K
+    golden: dict | None = None
+    package: str | None = None
+    cached: bool | None = None
+    speedup_vs_float32: float | None = None  # our float32 / this (>1: faster)
+    vs_best_peer: float | None = None  # this / best peer of the same family (<=1: at or below)
+    best_peer: str | None = None
+    run_json: dict | None = field(default=None, repr=False)
+    manifest: dict | None = field(default=None, repr=False)
+
+    @property
+    def ours(self) -> bool:
+        return self.engine == "edge-sdk"
+
+    def metric(self) -> float | None:
+        if self.status != OK:
+            return None
+        return self.instructions if self.instructions is not None else (self.latency_ms or {}).get("median")
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d.pop("run_json"), d.pop("manifest")
+        return d
+
+
+@dataclass
+class BenchResult:
+    model: dict
+    target: str
+    mode: str  # "latency" or "instructions"
+    emulate_cpu: str | None
+    options: dict
+    system: dict
+    rows: list[BenchRow]
+    store: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"schema": SCHEMA, "model": self.model, "target": self.target, "mode": self.mode,
+                "emulate_cpu": self.emulate_cpu, "options": self.options, "system": self.system,
+                "rows": [r.to_json() for r in self.rows], "store": self.store}
+
+
+def _stats(lat: list[float]) -> dict:
+    a = np.asarray(lat, np.float64)
+    return {"median": float(np.median(a)), "p10": float(np.percentile(a, 10)), "p90": float(np.percentile(a, 90)),
+            "min": float(a.min()), "max": float(a.max())}
+
+
+def _compiler_digest() -> str:
+    h = hashlib.sha256()
+    for p in sorted(_COMPILER_DIR.rglob("*.py")):
+        h.update(p.relative_to(_COMPILER_DIR).as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def package_key(model, variant, target) -> str:
+    """What decides a package's contents; its hash names the cached .edgepkg."""
+    import tvm
+
+    src = Path(model.source) if model.source and not model.source.startswith("zoo:") else None
+    ident = {"model": model.name, "source": model.source, "options": model.options,
+             "file_sha256": hashlib.sha256(src.read_bytes()).hexdigest() if src and src.is_file() else None,
+             "variant": variant.name, "target": target.name, "llvm": target.llvm, "edge_sdk": __version__,
+             "tvm": tvm.__version__, "compiler": _compiler_digest()}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def cached_package(model, variant, target, *, seed: int, progress) -> tuple[Path, bool]:
+    from edge_sdk.compiler.build import compile_model
+
+    out = cache_root() / "bench" / f"{model.name}-{variant.name}-{target.name}-{package_key(model, variant, target)}.edgepkg"
+    if out.is_file():
+        return out, True
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.stem}.{os.getpid()}.edgepkg")
+    try:
+        compile_model(model, variant=variant, target=target, out=tmp, seed=seed,
+                      progress=lambda m: progress(f"{variant.name}: {m}"))
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out, False
+
+
+def parse_variants(text: str) -> list[str]:
+    from edge_sdk.variants import VARIANTS
+
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    if not names:
+        raise UsageError("--variants: give at least one variant, e.g. float32,int8")
+    for n in names:
+        if n not in VARIANTS:
+            raise UsageError(f"--variants: unknown variant '{n}': {did_you_mean(n, VARIANTS)}")
+    return list(dict.fromkeys(names))
+
+
+def parse_threads(text: str) -> list[int]:
+    try:
+        threads = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise UsageError(f"--threads: expected a comma-separated list of integers, got '{text}'") from None
+    if not threads or min(threads) < 1:
+        raise UsageError(f"--threads: expected integers >= 1, got '{text}'")
+    return list(dict.fromkeys(threads))
+
+
+def _failure(e: Exception) -> str:
+    return f"{type(e).__name__}: {e}".strip()[:2000]
+
+
+def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup: int, repeat: int,
+              min_time_ms: float) -> np.ndarray:
+    """Time (or count) one package; fills the row; returns its golden input (for the peers)."""
+    from edge_sdk.package import open_package
+    from edge_sdk.run import RunResult, golden_check, top_k
+    from edge_sdk.runtime.execute import run_compiled
+
+    with tempfile.TemporaryDirectory(prefix="edge-bench-") as tmp:
+        pkg = open_package(pkg_path, Path(tmp) / "pkg")
+        m = pkg.manifest
+        lib, params, x = pkg.member("model.so"), pkg.member("params.bin"), pkg.golden_input
+        if emulate_cpu:
+            from edge_sdk.bench.emulate import count_runner
+
+            c = count_runner(lib=lib, params=params, input=x, cpu=emulate_cpu)
+            row.instructions, row.counts, out = c.per_inference, c.counts, c.output
+        else:
+            emulated = m["target"]["arch"] != os.uname().machine
+            res = run_compiled(lib=lib, params=params, input=x, arch=m["target"]["arch"],
+                               emulate_cpu=emulate_cpu or ("cortex-a53" if emulated else None), threads=row.threads,
+                               warmup=warmup, repeat=repeat, min_time_ms=min_time_ms)
+            row.latency_ms, row.repeats, out = _stats(res.latencies_ms), len(res.latencies_ms), res.output
+            ok, err = golden_check(pkg, out)
+            rr = RunResult(package=str(pkg_path), model=m["model"]["name"], variant=m["variant"],
+                           target=m["target"]["name"], emulated=res.emulated, threads=row.threads,
+                           latencies_ms=res.latencies_ms, load_ms=res.load_ms, golden_ok=ok, golden_max_abs_err=err,
+                           top_k=top_k(out, m.get("labels"), 5), output=out)
+            row.run_json, row.manifest = rr.to_json() | {"versions": m.get("versions")}, m
+        ok, err = golden_check(pkg, out)
+        g = m["golden"]
+        row.golden = {"ok": ok, "max_abs_err": err, "reference": g["reference"], "rtol": g["rtol"], "atol": g["atol"]}
+        if not ok:
+            row.status, row.detail = WRONG, f"golden check failed: max abs err {err:.3g} vs {g['reference']}"
+        return x
+
+
+def _ratios(rows: list[BenchRow]) -> None:
+    compare = {"float": ("float",), "int8": ("int8",), "bitserial": ("binary", "float"), "binary": ("binary",)}
+    for r in rows:
+        m = r.metric()
+        if m is None:
+            continue
+        f32 = [x.metric() for x in rows if x.ours and x.variant == "float32" and x.threads == r.threads]
+        if f32 and f32[0]:
+            r.speedup_vs_float32 = f32[0] / m
+        if not r.ours:
+            continue
+        for fam in compare.get(r.family, ()):
+            peers = [p for p in rows if not p.ours and p.family == fam and p.threads == r.threads and p.metric()]
+            if peers:
+                best = min(peers, key=lambda p: p.metric())
+                r.vs_best_peer, r.best_peer = m / best.metric(), f"{best.engine} {best.variant}"
+                break
+
+
+def run_bench(model, *, variants: list[str], target: str = "host", threads: list[int] = (1,),
+              peers: bool = False, emulate: str | None = None, warmup: int = 3, repeat: int = 5,
+              min_time_ms: float = 1000.0, seed: int = 0,
+              progress: Callable[[str], None] | None = None) -> BenchResult:
+    """Compile (or reuse), run and compare; every failure becomes a row status, never an exception."""
+    from edge_sdk.bench import peers as peers_mod
+    from edge_sdk.bench.sysinfo import system_info
+    from edge_sdk.targets import get_target
+    from edge_sdk.variants import VARIANTS
+
+    say = progress or (lambda _m: None)
+    if emulate:
+        if target not in ("host", emulate):
+            raise UsageError(f"--emulate {emulate} counts {emulate} builds; it cannot be combined with --target {target}")
+        if list(threads) != [1]:
+            raise UsageError("--emulate counts instructions with 1 thread; drop --threads or use --threads 1")
+        target = emulate
+    tgt = get_target(target)
+    emulate_cpu = (tgt.emulate_cpu or "cortex-a53") if emulate else None
+    if emulate and tgt.arch != "aarch64":
+        raise UsageError(f"--emulate needs an aarch64 target, not '{target}' ({tgt.arch})")
+    rows: list[BenchRow] = []
+    inputs: list[np.ndarray] = []
+    for name in variants:
+        v = VARIANTS[name]
+        if not v.available:
+            rows += [BenchRow("edge-sdk", name, v.family, t, UNAVAILABLE, "variant not implemented yet in this version")
+                     for t in threads]
+            continue
+        try:
+            say(f"{name}: compiling for {tgt.name} (or reusing the cached package)")
+            pkg, cached = cached_package(model, v, tgt, seed=seed, progress=say)
+        except (EdgeError, RuntimeError, ValueError, OSError) as e:
+            rows += [BenchRow("edge-sdk", name, v.family, t, FAILED, f"compile: {_failure(e)}") for t in threads]
+            continue
+        for t in threads:
+            row = BenchRow("edge-sdk", name, v.family, t, package=str(pkg), cached=cached)
+            say(f"{name}: {'counting instructions' if emulate else 'timing'} with {t} thread(s)")
+            try:
+                x = _run_ours(row, pkg, emulate_cpu=emulate_cpu, warmup=warmup, repeat=repeat, min_time_ms=min_time_ms)
+                inputs += [x] if x.dtype == np.float32 else []
+            except (EdgeError, RuntimeError, ValueError, OSError) as e:
+                row.status, row.detail = FAILED, _failure(e)
+            rows.append(row)
+    key = peers_mod.peer_key(model)
+    if peers:
+        rows += _run_peers(key, threads, tgt, emulate_cpu, inputs[0] if inputs else None,
+                           warmup=warmup, repeat=repeat, min_time_ms=min_time_ms, say=say)
+    _ratios(rows)
+    return BenchResult(model={"name": model.name, "source": model.source, "options": model.options, "peer_key": key},
+                       target=tgt.name, mode="instructions" if emulate else "latency", emulate_cpu=emulate_cpu,
+                       options={"variants": list(variants), "threads": list(threads), "peers": peers, "warmup": warmup,
+                                "repeat": repeat, "min_time_ms": min_time_ms, "seed": seed},
+                       system=system_info(), rows=rows)
+
+
+def _run_peers(key, threads, tgt, emulate_cpu, x, *, warmup, repeat, min_time_ms, say) -> list[BenchRow]:
+    from edge_sdk.bench import peers as P
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="edge-bench-peers-") as tmp:
+        npy = None
+        if x is not None:
+            npy = Path(tmp) / "input.npy"
+            np.save(npy, x, allow_pickle=False)
+        for peer in P.peers_for(key):
+            for t in threads:
+                row = BenchRow(peer.engine, peer.variant, peer.family, t)
+                why = P.availability(key, peer)
+                if why is None and emulate_cpu:
+                    why = P.emulate_unavailable(peer)
+                elif why is None and tgt.arch != os.uname().machine:
+                    why = f"peers run on this {os.uname().machine} host; use --target host or --emulate {tgt.name}"
+                if why:
+                    row.status, row.detail = UNAVAILABLE, why
+                    rows.append(row)
+                    continue
+                say(f"peer {peer.label}: {'counting' if emulate_cpu else 'timing'} with {t} thread(s)")
+                try:
+                    if emulate_cpu:
+                        c = P.count_peer(key, peer, cpu=emulate_cpu)
+                        row.instructions, row.counts = c.per_inference, c.counts
+                    else:
+                        js = P.time_peer(key, peer, threads=t, warmup=warmup, repeat=repeat,
+                                         min_time_ms=min_time_ms, input_npy=npy)
+                        row.latency_ms, row.repeats = _stats(js["latencies_ms"]), len(js["latencies_ms"])
+                        row.detail = f"{peer.engine} {js.get('version', '?')}"
+                    row.package = str(P.peer_file(key, peer))
+                except (EdgeError, RuntimeError, ValueError, OSError) as e:
+                    row.status, row.detail = FAILED, _failure(e)
+                rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------- CLI (registered in edge_sdk/cli.py)
+def add_bench_parser(sub) -> None:
+    from edge_sdk.cli import add_model_options
+
+    p = sub.add_parser("bench", help="time our variants (and the peer engines) side by side on one model")
+    add_model_options(p)
+    p.add_argument("--variants", default="float32", help="comma-separated, e.g. float32,int8,w1a2 (default float32)")
+    p.add_argument("--target", default="host", help="host (default) or a Pi target (run under qemu here)")
+    p.add_argument("--threads", default="1", help="comma-separated thread counts, e.g. 1,2 (default 1)")
+    p.add_argument("--peers", action="store_true", help="also time LiteRT, ONNX Runtime and LCE (tools/setup_peers.sh)")
+    p.add_argument("--emulate", metavar="TARGET", help="count aarch64 instructions per inference under qemu "
+                   "(e.g. pi3) instead of timing (tools/build_qemu_plugins.sh)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default 3)")
+    p.add_argument("--repeat", type=int, default=5, help="at least this many timed runs (default 5)")
+    p.add_argument("--min-time-ms", type=float, default=1000.0, help="time each row at least this long (default 1000)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--db", type=Path, help="results store to write (default: the user's results.sqlite)")
+    p.add_argument("--no-store", action="store_true", help="do not write the results store")
+    p.set_defaults(drive=drive_bench)
+
+
+def drive_bench(args) -> int:
+    from edge_sdk.bench.report import record, render
+    from edge_sdk.cli import _console, _print_json, load_model
+
+    variants, threads = parse_variants(args.variants), parse_threads(args.threads)
+    if args.warmup < 0 or args.repeat < 1 or args.min_time_ms < 0:
+        raise UsageError("--warmup must be >= 0, --repeat >= 1, --min-time-ms >= 0")
+    if args.no_store and args.db:
+        raise UsageError("--db and --no-store contradict each other")
+    console = _console()
+    t0 = time.perf_counter()
+    with console.status(f"loading {args.model}") as status:
+        model = load_model(args)
+
+        def progress(msg: str) -> None:
+            status.update(f"bench {model.name}: {msg}")
+
+        result = run_bench(model, variants=variants, target=args.target, threads=threads, peers=args.peers,
+                           emulate=args.emulate, warmup=args.warmup, repeat=args.repeat,
+                           min_time_ms=args.min_time_ms, seed=args.seed, progress=progress)
+    result.options["seconds"] = round(time.perf_counter() - t0, 1)
+    result.store = {"written": 0, "note": "--no-store"} if args.no_store else record(result, db=args.db)
+    if args.json:
+        _print_json(result.to_json())
+    else:
+        render(result)
+    return 1 if any(r.status in (WRONG, FAILED) for r in result.rows) else 0
