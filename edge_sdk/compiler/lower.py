@@ -5,9 +5,10 @@
 Steps (each one a Relax pass over "main"):
 1. prepare: drop the importer's "params" attribute, decompose batch norm into elementwise ops,
    convert convs/pools to NHWC (ONNX graphs arrive NCHW), fold constants.
-2. KernelRewriter (ops/fuse.py): conv2d / depthwise / dense (+ folded BN, bias, residual, ReLU/clip)
-   and pools become call_tir to PrimFuncs we scheduled (ops/conv2d.py, depthwise.py, pool.py);
-   weights are folded and pre-packed at compile time.
+2. KernelRewriter (ops/fuse.py): conv2d / depthwise / dense (+ folded BN, bias, residual, ReLU/clip,
+   and a preceding ZeroPadding2D) and pools become call_tir to PrimFuncs we scheduled
+   (ops/conv2d.py, depthwise.py, pool.py); weights are folded and pre-packed at compile time.
+   A 1x1 conv runs as a GEMM on the (H*W, C) view; the reshapes around it become VM views.
 3. TVM's default CPU legalization + fusion for the small rest (reshape, softmax, add, ...).
 4. lift_params: every tensor constant left in "main" becomes a parameter p0000, p0001, ... in call
    order, so weights ship in params.bin and the .so holds only code.
