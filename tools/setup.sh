@@ -37,4 +37,5 @@ import platform
 for arch in dict.fromkeys([platform.machine(), "aarch64"]):
     print(f"setup: runtime bundle {arch}: {ensure_bundle(arch)}")
 PY
+bash tools/build_qemu_plugins.sh >/dev/null  # QEMU's libinsn.so for `bench --emulate` and the qemu tests
 echo "setup: done (.venv/bin/edge-sdk is the CLI)"
