@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+FUSABLE = ("conv2d", "depthwise_conv2d", "dense")
 EPILOGUE_OPS = {"relax.add", "relax.clip", "relax.nn.relu", "relax.nn.relu6", "relax.multiply", "relax.subtract"}
 
 
@@ -63,10 +64,9 @@ def layer_table(mod) -> list[dict]:
             read = sum(_nbytes(a.ty) for a in tensors)
             written = _nbytes(b.var.ty) if out_shape else 0
             producer = next((last_by_var[a] for a in v.args if isinstance(a, relax.Var) and a in last_by_var), None)
-            if op in EPILOGUE_OPS and producer is not None and producer["op"] in ("conv2d", "depthwise_conv2d", "dense") \
-                    and all(isinstance(a, GenericConst) or a in last_by_var and last_by_var[a] is producer
-                            for a in v.args if not hasattr(a, "value") or isinstance(a, GenericConst)):
-                # fused epilogue: extra FLOPs and constant reads, same output tensor
+            if op in EPILOGUE_OPS and producer is not None and producer["op"] in FUSABLE \
+                    and all(isinstance(a, GenericConst) or last_by_var.get(a) is producer for a in tensors):
+                # an epilogue of the producer (bias, BN, activation): its FLOPs and constant reads join that row
                 producer["flops"] += _flops(v, out_shape)
                 producer["bytes_read"] += sum(_nbytes(a.ty) for a in tensors if isinstance(a, GenericConst))
                 producer["epilogue"].append(op.split(".")[-1])
