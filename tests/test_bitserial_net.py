@@ -79,6 +79,22 @@ def test_unfused_build_equals_fused_build_and_reference():
     np.testing.assert_allclose(got["unfused"][1], got["fused"][1], rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("glue", ["fused", "unfused"])
+def test_mobilenet_v1_float_depthwise_bitserial_pointwise_matches_reference(glue):
+    from edge_sdk.models.binarized import binarized_mobilenet_v1
+
+    net = binarized_mobilenet_v1(a_bits=2, w_bits=1, **SMALL)
+    assert len(net.convs) == 13 and all(c.kernel == 1 for c in net.convs)
+    x = golden_input(net.input_shape, seed=6)
+    ref = run_reference(net, x, glue=glue)
+    ex, params, rows = compile_binarized(net, get_target("host"), glue=glue, output="both")
+    codes, scores = _run_vm(ex, params, x)
+    np.testing.assert_array_equal(codes, ref.codes)
+    np.testing.assert_allclose(scores, ref.scores, rtol=GOLDEN_TOL, atol=GOLDEN_TOL)
+    ops_ = [r["op"] for r in rows]
+    assert ops_.count("depthwise_conv2d") == 13 and ops_.count("bitserial_conv2d") == 13
+
+
 # ---- compiled for pi3, run under qemu --------------------------------------------------------
 
 @pytest.mark.qemu
@@ -143,9 +159,9 @@ def test_cli_compile_and_run_w1a2(tmp_path, capsys):
 def test_unsupported_models_and_widths_are_refused():
     from edge_sdk.models.zoo import build_zoo_model
 
-    mb = build_zoo_model("mobilenet_v1", alpha=0.25, resolution=32, classes=10)
-    with pytest.raises(ModelError, match="depthwise"):
-        binarize(mb, a_bits=2, w_bits=1)
+    mb2 = build_zoo_model("mobilenet_v2", alpha=0.35, resolution=32, classes=10)
+    with pytest.raises(ModelError, match="model 'mobilenet_v2': no binarized layout; available: resnet18, mobilenet_v1"):
+        binarize(mb2, a_bits=2, w_bits=1)
     r18 = build_zoo_model("resnet18", alpha=0.25, resolution=32, classes=10)
     with pytest.raises(ModelError, match="polarity 'bipolar'"):
         binarize(r18, a_bits=2, w_bits=1, polarity="bipolar")

@@ -22,6 +22,7 @@ import numpy as np
 
 from edge_sdk.compiler.ops import bitserial as ops
 from edge_sdk.errors import CompileError
+from edge_sdk.models.binarized import DwPw
 from edge_sdk.quant.bitserial import pack_conv_weights
 
 WORD = "uint32"
@@ -102,16 +103,46 @@ class _Emitter:
                                       data_layout="NHWC", kernel_layout="HWIO"), name_hint="conv1")
         y = self.bb.emit(op.add(y, self.const(s.bias)), name_hint="conv1_bias")
         y = self.bb.emit(op.nn.relu(y), name_hint="conv1_relu")
-        y = self.bb.emit(op.nn.max_pool2d(y, s.pool, s.pool_stride, padding=s.pool_pad, layout="NHWC"),
-                         name_hint="pool")
+        if s.pool:
+            y = self.bb.emit(op.nn.max_pool2d(y, s.pool, s.pool_stride, padding=s.pool_pad, layout="NHWC"),
+                             name_hint="pool")
+        if isinstance(self.net.blocks[0], DwPw):  # MobileNet: the first depthwise reads dequantized codes
+            return None, self.dequant(self.clip(self.quantize_float(y)))
         if self.glue == "fused":
             p = self.bb.emit_te(ops.quantize_pack_compute, y, bits=self.net.a_bits, step=self.net.step, word=WORD,
                                 primfunc_name_hint="bitserial_quantize_pack")
             return p, None
-        z = self.bb.emit(op.floor(self.bb.emit(op.add(self.bb.emit(op.multiply(y, self.relax.const(
-            1.0 / self.net.step, "float32"))), self.relax.const(0.5, "float32")))))
-        q = self.clip(z)
+        q = self.clip(self.quantize_float(y))
         return self.pack(q), q
+
+    def quantize_float(self, y):
+        """floor(y / step + 1/2) as float ops (step a power of two: exact), before the clip."""
+        op = self.relax.op
+        z = self.bb.emit(op.multiply(y, self.relax.const(1.0 / self.net.step, "float32")))
+        return self.bb.emit(op.floor(self.bb.emit(op.add(z, self.relax.const(0.5, "float32")))))
+
+    def dequant(self, q):
+        return self.bb.emit(self.relax.op.multiply(q, self.relax.const(self.net.step, "float32")))
+
+    def dw_pw(self, b, v, last: bool):
+        """MobileNet layer: float depthwise + BN + ReLU on values v, quantize+pack, bitserial pointwise.
+        Returns (packed codes of the output when last, else None; its dequantized values when not last)."""
+        op, d = self.relax.op, b.dw
+        c = d.weight.shape[2]
+        y = self.bb.emit(op.nn.conv2d(v, self.const(d.weight.reshape(3, 3, 1, c)), strides=d.stride, padding=d.pad,
+                                      groups=c, data_layout="NHWC", kernel_layout="HWIO"), name_hint=d.name)
+        y = self.bb.emit(op.nn.relu(self.bb.emit(op.add(y, self.const(d.bias)), name_hint=f"{d.name}_bias")),
+                         name_hint=f"{d.name}_relu")
+        p = self.bb.emit_te(ops.quantize_pack_compute, y, bits=self.net.a_bits, step=self.net.step, word=WORD,
+                            primfunc_name_hint="bitserial_quantize_pack")
+        if self.glue == "fused":
+            p = self.conv(b.pw, p, glue_out=True)
+            if last:
+                return p, None
+            return None, self.bb.emit_te(ops.unpack_dequant_compute, p, channels=b.pw.out_shape[3],
+                                         step=self.net.step, primfunc_name_hint="bitserial_dequant")
+        q = self.clip(self.float_glue(b.pw, self.conv(b.pw, p, glue_out=False)))
+        return (self.pack(q), None) if last else (None, self.dequant(q))
 
     def block(self, b, p, qf):
         if self.glue == "fused":
@@ -134,7 +165,7 @@ class _Emitter:
 
     def head(self, p, output: str):
         op, net = self.relax.op, self.net
-        c = net.blocks[-1].conv2.out_shape[3]
+        c = net.convs[-1].out_shape[3]
         if output in ("codes", "both"):
             codes = self.bb.emit_te(ops.unpack_compute, p, channels=c, primfunc_name_hint="bitserial_unpack")
             if output == "codes":
@@ -157,8 +188,11 @@ def emit_network(net, *, arch: str, glue: str = "fused", output: str = "scores")
     with em.bb.function("main", [x]):
         with em.bb.dataflow():
             p, qf = em.stem(x)
-            for b in net.blocks:
-                p, qf = em.block(b, p, qf)
+            for i, b in enumerate(net.blocks):
+                if isinstance(b, DwPw):
+                    p, qf = em.dw_pw(b, qf, last=i == len(net.blocks) - 1)
+                else:
+                    p, qf = em.block(b, p, qf)
             gv = em.bb.emit_output(em.head(p, output))
         em.bb.emit_func_output(gv)
     return relax.transform.Normalize()(em.bb.get()), em.names

@@ -70,7 +70,8 @@ def layer_rows(net, float_rows: list[dict], names: dict[str, str], *, glue: str,
     """The float rows of the emitted graph, with each binary conv's call_tir row replaced by conv_row."""
     residual = {}
     for b in net.blocks:
-        residual[b.conv2.name] = "glue" if b.down is not None else "codes"
+        if hasattr(b, "conv2"):
+            residual[b.conv2.name] = "glue" if b.down is not None else "codes"
     convs = {c.name: c for c in net.convs}
     out = []
     for r in float_rows:

@@ -24,10 +24,14 @@ Shift normalization (`shiftnorm=True`, the default; Riptide trains this way): BN
   offset); the unfused float form uses M = 2^-shift and B = offset / 2^r - 1/2 exactly, so fused ==
   unfused bit for bit. With shiftnorm=False the unfused glue keeps the float M and B, and fused differs
   by the power-of-two snap of M (quant/glue.py bounds it).
-MobileNetV1: not binarized here (ModelError). Decision: its depthwise 3x3 convs have one input channel
-  per output, so a bitserial dot product would be 9 taps x a bits (no word of channels to pack); the
-  plan is Larq's: pointwise convs bitserial, depthwise in float (or int8), which needs a float <->
-  codes boundary around every depthwise layer; not built yet.
+MobileNetV1 (Larq/Riptide-style, a decision): a depthwise 3x3 conv has one input channel per output, so
+  its bitserial dot product would be 9 taps x a bits with no word of channels to pack: bitserial does not
+  pay there. So the 13 pointwise convs are bitserial (fused glue, bitpacked codes out) and the depthwise
+  convs stay float32 (int8 when it lands): each one reads the dequantized codes (code * step), applies
+  BN + ReLU, and is quantized + bitpacked for the next pointwise conv. Its weights are snapped like the
+  stem's (inputs are on the 2^(1-a) grid), so it is exact in float32 too. The stem quantizes its output
+  before the first depthwise conv. Float tensors exist around every depthwise layer: MobileNet is not
+  "fully binary" the way ResNet18 is, and no residuals.
 """
 from __future__ import annotations
 
@@ -75,12 +79,33 @@ class Block:
 
 
 @dataclass(frozen=True)
+class FloatDw:
+    """A float32 depthwise conv + BN + ReLU of a binarized MobileNet (weights snapped: exact in float32)."""
+
+    name: str
+    weight: np.ndarray  # (3, 3, C) float32
+    bias: np.ndarray  # (C,)
+    stride: int
+    pad: tuple[int, int, int, int]
+    out_shape: tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class DwPw:
+    """MobileNet: float depthwise on dequantized codes, quantize, then a bitserial pointwise conv."""
+
+    name: str
+    dw: FloatDw
+    pw: BinConv
+
+
+@dataclass(frozen=True)
 class Stem:
-    weight: np.ndarray  # (7, 7, 3, C) float32, BN folded and snapped
+    weight: np.ndarray  # (K, K, 3, C) float32, BN folded and snapped
     bias: np.ndarray  # (C,) float32, snapped
     stride: int
     pad: tuple[int, int, int, int]
-    pool: int
+    pool: int  # 0: no max pool (MobileNet)
     pool_stride: int
     pool_pad: tuple[int, int, int, int]
     out_shape: tuple[int, int, int, int]  # after the pool
@@ -91,7 +116,7 @@ class BinarizedNet:
     name: str
     input_shape: tuple[int, int, int, int]
     stem: Stem
-    blocks: list[Block]
+    blocks: list  # Block (ResNet) or DwPw (MobileNet)
     fc_weight: np.ndarray  # (C, classes) float32
     fc_bias: np.ndarray
     a_bits: int
@@ -102,7 +127,8 @@ class BinarizedNet:
 
     @property
     def convs(self) -> list[BinConv]:
-        return [c for b in self.blocks for c in (b.conv1, b.conv2, b.down) if c is not None]
+        return [c for b in self.blocks for c in ((b.pw,) if isinstance(b, DwPw) else (b.conv1, b.conv2, b.down))
+                if c is not None]
 
 
 def activation_step(a_bits: int) -> float:
@@ -113,17 +139,26 @@ def _bn(w: _Weights, name: str, cout: int) -> tuple[np.ndarray, ...]:
     return tuple(w.get(f"{name}.bn.{k}", (cout,), kind=k).astype(np.float64) for k in ("gamma", "beta", "mean", "var"))
 
 
-def _snap_stem(wt: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per channel: weights to m * 2^-e (|m| <= 2^9 - 1), bias to the grid 2^-(7+e) (module docstring)."""
+def _snap_float_layer(wt: np.ndarray, b: np.ndarray, *, in_exp: int, in_max: int, taps: int,
+                      what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per output channel (last axis): weights to m * 2^-e (|m| <= 2^9 - 1), bias to the grid 2^(in_exp-e).
+
+    With inputs k * 2^in_exp (|k| <= in_max) every partial sum of `taps` products plus the bias is an
+    integer multiple of 2^(in_exp-e) below 2^24 of them: exact in float32 in any order (module docstring).
+    """
     lim = (1 << STEM_WEIGHT_BITS) - 1
     peak = np.abs(wt).reshape(-1, wt.shape[-1]).max(axis=0)
     e = np.where(peak > 0, np.floor(np.log2(lim / np.where(peak > 0, peak, 1.0))), 0.0)
     m = np.round(wt * np.exp2(e))
-    units = np.round(b * np.exp2(e + INPUT_GRID_BITS))
-    taps = int(np.prod(wt.shape[:3]))
-    if (taps * (1 << INPUT_GRID_BITS) * lim + np.abs(units)).max() >= 2 ** 24:
-        raise ModelError("binarized stem: bias too large for an exact float32 stem (|bias| / max|w| is huge)")
-    return (m * np.exp2(-e)).astype(np.float32), (units * np.exp2(-e - INPUT_GRID_BITS)).astype(np.float32)
+    units = np.round(b * np.exp2(e - in_exp))
+    if (taps * in_max * lim + np.abs(units)).max() >= 2 ** 24:
+        raise ModelError(f"binarized {what}: bias too large for an exact float32 layer (|bias| / max|w| is huge)")
+    return (m * np.exp2(-e)).astype(np.float32), (units * np.exp2(in_exp - e)).astype(np.float32)
+
+
+def _snap_stem(wt: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return _snap_float_layer(wt, b, in_exp=-INPUT_GRID_BITS, in_max=1 << INPUT_GRID_BITS,
+                             taps=int(np.prod(wt.shape[:3])), what="stem")
 
 
 def _bin_conv(w: _Weights, name: str, in_shape, cout: int, k: int, stride: int, *, a_bits: int, w_bits: int,
@@ -191,6 +226,49 @@ def binarized_resnet18(*, alpha: float, resolution: int, classes: int, a_bits: i
                         fc_bias=fc_b, a_bits=a_bits, w_bits=w_bits, step=step, shiftnorm=shiftnorm)
 
 
+def binarized_mobilenet_v1(*, alpha: float, resolution: int, classes: int, a_bits: int, w_bits: int,
+                           weights: Path | None = None, seed: int = 0, shiftnorm: bool = True) -> BinarizedNet:
+    """The zoo's MobileNetV1 with bitserial pointwise convs and float depthwise ones (module docstring)."""
+    if a_bits not in (1, 2, 3) or w_bits not in (1, 2):
+        raise ModelError(f"binarized mobilenet_v1: w{w_bits}a{a_bits} is not supported (weights 1-2 bits, activations 1-3)")
+    w = _Weights(weights, seed)
+    c = lambda ch: int(ch * alpha)  # noqa: E731  (the zoo's channel rule)
+    step, qmax = activation_step(a_bits), (1 << a_bits) - 1
+    c1, h = c(32), -(-resolution // 2)
+    wt = w.get("conv1.weight", (3, 3, 3, c1), fan_in=27)
+    gamma, beta, mean, var = _bn(w, "conv1", c1)
+    sc = gamma / np.sqrt(var + BN_EPS)
+    sw, sb = _snap_stem(wt * sc, beta - mean * sc)
+    ph = same_padding(resolution, 3, 2)
+    shape = (1, h, h, c1)
+    stem = Stem(weight=sw, bias=sb, stride=2, pad=(ph[0], ph[0], ph[1], ph[1]), pool=0, pool_stride=1,
+                pool_pad=(0, 0, 0, 0), out_shape=shape)
+    plan = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)] + [(512, 1)] * 5 + [(1024, 2), (1024, 1)]
+    blocks = []
+    for i, (ch, stride) in enumerate(plan, start=1):
+        n, hh, ww, cin = shape
+        wd = w.get(f"dw{i}.weight", (3, 3, cin, 1), fan_in=9).reshape(3, 3, cin)
+        gamma, beta, mean, var = _bn(w, f"dw{i}", cin)
+        sc = gamma / np.sqrt(var + BN_EPS)
+        dw_w, dw_b = _snap_float_layer(wd * sc, beta - mean * sc, in_exp=1 - a_bits, in_max=qmax, taps=9,
+                                       what=f"dw{i}")
+        p = same_padding(hh, 3, stride)
+        dw = FloatDw(name=f"dw{i}", weight=dw_w, bias=dw_b, stride=stride, pad=(p[0], p[0], p[1], p[1]),
+                     out_shape=(n, -(-hh // stride), -(-ww // stride), cin))
+        pw = _bin_conv(w, f"pw{i}", dw.out_shape, c(ch), 1, 1, a_bits=a_bits, w_bits=w_bits, step=step,
+                       shiftnorm=shiftnorm)
+        blocks.append(DwPw(name=f"block{i}", dw=dw, pw=pw))
+        shape = pw.out_shape
+    fc_w = w.get("fc.weight", (shape[3], classes), fan_in=shape[3], kind="fc")
+    fc_b = w.get("fc.bias", (classes,), kind="bias")
+    w.check_all_used()
+    return BinarizedNet(name="mobilenet_v1", input_shape=(1, resolution, resolution, 3), stem=stem, blocks=blocks,
+                        fc_weight=fc_w, fc_bias=fc_b, a_bits=a_bits, w_bits=w_bits, step=step, shiftnorm=shiftnorm)
+
+
+BUILDERS = {"resnet18": binarized_resnet18, "mobilenet_v1": binarized_mobilenet_v1}
+
+
 def binarize(model, *, a_bits: int, w_bits: int, polarity: str = "unipolar", shiftnorm: bool = True) -> BinarizedNet:
     """The binarized counterpart of a zoo Model (its source says which weights: .npz or seed)."""
     if polarity != "unipolar":
@@ -198,14 +276,12 @@ def binarize(model, *, a_bits: int, w_bits: int, polarity: str = "unipolar", shi
                          "bipolar exists at the op level only)")
     if not model.source.startswith("zoo:"):
         raise ModelError(f"{model.source}: only zoo models can be binarized here (Larq .tflite import is separate)")
-    if model.name != "resnet18":
-        why = (" (decision: depthwise convs are a poor fit for bitserial; see edge_sdk/models/binarized.py)"
-               if model.name == "mobilenet_v1" else "")
-        raise ModelError(f"model '{model.name}': no binarized layout yet; available: resnet18{why}")
+    if model.name not in BUILDERS:
+        raise ModelError(f"model '{model.name}': no binarized layout; available: {', '.join(BUILDERS)}")
     q = {k: v[0] for k, v in parse_qs(model.source.partition("?")[2]).items()}
     weights = Path(q["weights"]) if "weights" in q else None
     opts = model.options
-    return binarized_resnet18(alpha=float(opts["alpha"]), resolution=int(opts["resolution"]),
+    return BUILDERS[model.name](alpha=float(opts["alpha"]), resolution=int(opts["resolution"]),
                               classes=int(opts["classes"]), a_bits=a_bits, w_bits=w_bits, weights=weights,
                               seed=int(q.get("seed", 0)), shiftnorm=shiftnorm)
 

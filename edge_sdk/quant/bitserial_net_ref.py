@@ -55,6 +55,20 @@ def max_pool(x, *, k: int, stride: int, pad) -> np.ndarray:
     return out
 
 
+def depthwise_values(x, w, *, stride: int, pad) -> np.ndarray:
+    """Plain NHWC depthwise conv (zero padding) of float64 values, w (KH, KW, C)."""
+    w = np.asarray(w, np.float64)
+    kh, kw = w.shape[:2]
+    xp = _pad(np.asarray(x, np.float64), pad)
+    oh = conv_out_size(x.shape[1], kh, stride, pad[0], pad[2])
+    ow = conv_out_size(x.shape[2], kw, stride, pad[1], pad[3])
+    out = np.zeros((x.shape[0], oh, ow, x.shape[3]))
+    for ry in range(kh):
+        for rx in range(kw):
+            out += xp[:, ry:ry + stride * (oh - 1) + 1:stride, rx:rx + stride * (ow - 1) + 1:stride] * w[ry, rx]
+    return out
+
+
 def accumulate(conv, codes) -> np.ndarray:
     """int64 accumulators of one bitserial conv: unipolar activation values times +-1 weight values."""
     a = code_values(codes, bits=conv.a_bits, signed=False)
@@ -78,10 +92,20 @@ def run_reference(net, x, *, glue: str = "fused") -> Trace:
     qmax = (1 << net.a_bits) - 1
     s = net.stem
     y = conv2d_values(x, s.weight, stride=s.stride, pad=s.pad) + s.bias.astype(np.float64)
-    y = max_pool(np.maximum(y, 0.0), k=s.pool, stride=s.pool_stride, pad=s.pool_pad)
-    codes = np.clip(np.floor(y / net.step + 0.5), 0, qmax).astype(np.int64)
+    y = np.maximum(y, 0.0)
+    if s.pool:
+        y = max_pool(y, k=s.pool, stride=s.pool_stride, pad=s.pool_pad)
+    quantize = lambda v: np.clip(np.floor(v / net.step + 0.5), 0, qmax).astype(np.int64)  # noqa: E731
+    codes = quantize(y)
     stem_codes, seen = codes, [codes]
     for b in net.blocks:
+        if hasattr(b, "dw"):  # MobileNet: float depthwise on dequantized codes, then a bitserial pointwise
+            d = b.dw
+            y = depthwise_values(codes * net.step, d.weight, stride=d.stride, pad=d.pad) + d.bias.astype(np.float64)
+            h = quantize(np.maximum(y, 0.0))
+            codes = np.clip(pre_clip(b.pw, accumulate(b.pw, h), glue), 0, qmax)
+            seen += [h, codes]
+            continue
         h = np.clip(pre_clip(b.conv1, accumulate(b.conv1, codes), glue), 0, qmax)
         t = pre_clip(b.conv2, accumulate(b.conv2, h), glue)
         res = pre_clip(b.down, accumulate(b.down, codes), glue) if b.down is not None else codes << b.res_lshift

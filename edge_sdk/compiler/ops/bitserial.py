@@ -205,6 +205,14 @@ def unpack_compute(p, *, channels: int):
     return te.compute((*p.shape[:3], channels), f, name="unpack")
 
 
+def unpack_dequant_compute(p, *, channels: int, step: float):
+    """Packed codes -> float32 values code * step (N, H, W, C): a float layer's input."""
+    from tvm import te
+
+    codes = unpack_compute(p, channels=channels)
+    return te.compute(codes.shape, lambda *i: codes[i].astype("float32") * step, name="dequant")
+
+
 def unpack_mean_compute(p, *, channels: int, step: float):
     """Global average pool of packed codes, dequantized: (N, H, W, Cw, bits) -> float32 (N, C)."""
     from tvm import te
