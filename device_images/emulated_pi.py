@@ -408,14 +408,12 @@ def _mounts() -> list[str]:
     return [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
 
 
-def _is_our_process(pid: int, marker: str) -> bool:
+def _is_ours(pid: int, marker: str) -> bool:
+    """The pid still runs our boot command (pids get reused)."""
     try:
         return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-
-
-_is_ours = _is_our_process
 
 
 def _kill_quietly(pid: int) -> None:

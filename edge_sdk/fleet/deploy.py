@@ -234,6 +234,10 @@ def deploy_device(conn: Connection, packages: Sequence[LocalPackage], bundles: d
             install_package(conn, pkg, bundles[arch], outcome, say=say)
         except EdgeError as e:
             outcome.action, outcome.error = "failed", str(e)
+    try:
+        _gc_packages(conn)
+    except EdgeError:
+        pass  # only housekeeping: a device that went away is reported above
     say("done" if report.ok else "FAILED")
     report.seconds = time.monotonic() - t0
     return report
@@ -328,6 +332,17 @@ def golden_check(conn: Connection, install_dir: str, pkg: LocalPackage, *, runti
 def _switch(conn: Connection, model_dir: str, sha: str, tmp: str) -> None:
     """tmp -> <sha>; previous -> old current; current -> <sha> (each a rename); drop other versions."""
     conn.run(["sh", "-c", SWITCH_SH, "sh", model_dir, sha, tmp, uuid.uuid4().hex[:8]], timeout=120)
+
+
+def _gc_packages(conn: Connection) -> None:
+    """Delete stored package files no model's current or previous names (old versions, failures)."""
+    script = r"""cd "$1" || exit 0
+keep=$(for l in models/*/current models/*/previous; do readlink "$l"; done 2>/dev/null | tr '\n' ' ')
+for f in packages/*.edgepkg; do
+  s=${f##*/}; s=${s%.edgepkg}
+  case " $keep " in *" $s "*) ;; *) rm -f "$f" ;; esac
+done"""
+    conn.run(["sh", "-c", script, "sh", REMOTE_ROOT], check=False, timeout=120)
 
 
 def _link(conn: Connection, parent: str, name: str, target: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import posixpath
 import shlex
@@ -28,6 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
+
+# paramiko logs a cut connection from its transport thread; with no handler Python prints that to
+# stderr. The failure reaches the caller as a DeviceError, so keep the terminal clean.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 from edge_sdk.errors import DeviceError, EdgeError
 from edge_sdk.fleet.config import Device

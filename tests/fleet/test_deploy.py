@@ -120,6 +120,8 @@ def test_new_version_keeps_previous_then_rollback_and_remote_run(fleet, v1, v2, 
     r = deploy([dev], [v2], known_hosts=kh)
     assert r.all_ok and r[0].value.runtime == "present"
     assert _current(loop, v2) == v2.sha256 and os.readlink(_model_dir(loop, v2) / "previous") == v1.sha256
+    stored = sorted(p.name for p in (loop.home / ".edge-sdk" / "packages").iterdir())
+    assert stored == sorted(f"{v.sha256}.edgepkg" for v in (v1, v2))  # current and previous, nothing else
 
     res = run_remote(dev, v2.path, repeat=3, known_hosts=kh)
     want = open_package(host_package, Path(tempfile.mkdtemp())).golden_output
