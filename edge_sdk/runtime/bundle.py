@@ -6,6 +6,9 @@ Layout of a bundle directory (cached under $EDGE_SDK_CACHE/runtime/<version>-<ar
     lib/libtvm_runtime.so      from the apache-tvm wheel for <arch>
     lib/libtvm_ffi.so          from the apache-tvm-ffi wheel for <arch>
     edge_sdk_runtime/          loader.py, so Python on the device can load models too
+    python/                    tvm_ffi (the cp311 wheel's Python part for <arch>, its core extension and
+                               lib/libtvm_ffi_testing.so; libtvm_ffi.so is found in ../lib) and
+                               typing_extensions.py: a device with python3 + numpy needs no pip
     bundle.json                version, arch, sha256 + size of every file, total size
 
 Why built here and not on the device: a Pi has no compiler and little time; the aarch64 runner is
@@ -46,7 +49,7 @@ _SYSTEM_LIBS = frozenset({
 # Newest symbol versions bookworm provides (glibc 2.36, gcc 12).
 _SYSTEM_MAX = {"GLIBC": (2, 36), "GLIBCXX": (3, 4, 30), "CXXABI": (1, 3, 13)}
 _HERE = Path(__file__).resolve().parent
-_BUILD_REV = "2"  # bump when the build recipe below changes
+_BUILD_REV = "3"  # bump when the build recipe below changes
 
 
 def cache_root() -> Path:
@@ -154,6 +157,7 @@ def _inputs_key(arch: str, cxx: str) -> str:
         h.update(part.encode() + b"\0")
     for name in ("runner.cc", "loader.py"):
         h.update((_HERE / name).read_bytes())
+    h.update(_typing_extensions().read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -175,6 +179,7 @@ def _build(root: Path, arch: str, cxx: str, key: str) -> dict:
     shutil.copy2(_HERE / "loader.py", root / "edge_sdk_runtime/loader.py")
     (root / "edge_sdk_runtime/__init__.py").write_text(
         '"""edge-sdk device runtime: `from edge_sdk_runtime.loader import load`."""\n')
+    _copy_python(src / "tvm_ffi", root / "python")
     cmd = [
         cxx, "-std=c++17", "-O2", "-s", "-fPIE", "-pie",
         # Header paths end up in error messages; map them so the binary (and so the version)
@@ -201,6 +206,7 @@ def _build(root: Path, arch: str, cxx: str, key: str) -> dict:
         "arch": arch,
         "tvm_version": TVM_VERSION,
         "tvm_ffi_version": TVM_FFI_VERSION,
+        "typing_extensions_version": importlib.metadata.version("typing_extensions"),
         "runner": "bin/edge-runner",
         "inputs_key": key,
         "compiler": cxx,
@@ -215,10 +221,11 @@ def _build(root: Path, arch: str, cxx: str, key: str) -> dict:
 
 def _check_elves(root: Path, arch: str) -> tuple[set[str], dict[str, str]]:
     """NEEDED libraries outside the bundle must be in the Pi OS base image, with old enough symbols."""
-    bundled = {p.name for p in (root / "lib").iterdir()}
+    py_elves = sorted((root / "python").rglob("*.so"))
+    bundled = {p.name for p in (root / "lib").iterdir()} | {p.name for p in py_elves}
     needed: set[str] = set()
     newest: dict[str, tuple[int, ...]] = {}
-    for elf in [root / "bin/edge-runner", *sorted((root / "lib").iterdir())]:
+    for elf in [root / "bin/edge-runner", *sorted((root / "lib").iterdir()), *py_elves]:
         dyn = _readelf(["-d", str(elf)])
         for lib in re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn):
             if lib in bundled:
@@ -241,6 +248,28 @@ def _readelf(args: list[str]) -> str:
     return proc.stdout
 
 
+def _typing_extensions() -> Path:
+    """tvm_ffi imports typing_extensions (pure Python, newer than Debian's): taken from this venv."""
+    spec = importlib.util.find_spec("typing_extensions")
+    if spec is None or not spec.origin:
+        raise CompileError("the runtime bundle needs the 'typing_extensions' module", hint="pip install typing_extensions")
+    return Path(spec.origin)
+
+
+def _copy_python(ffi: Path, dest: Path) -> None:
+    """tvm_ffi's Python files, core extension and libtvm_ffi_testing.so (which the core needs via
+    RUNPATH $ORIGIN/lib), without sources, headers and __pycache__. libtvm_ffi.so itself is not
+    copied: libinfo falls back to <bundle>/lib, and one copy means one FFI registry."""
+    for p in sorted(ffi.rglob("*")):
+        rel = p.relative_to(ffi)
+        if not p.is_file() or {"__pycache__", "3rdparty", "include", "cython", "share"} & set(rel.parts):
+            continue
+        if rel.suffix == ".py" or rel.name.startswith("core.") or rel.as_posix() == "lib/libtvm_ffi_testing.so":
+            (dest / "tvm_ffi" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, dest / "tvm_ffi" / rel)
+    shutil.copy2(_typing_extensions(), dest / "typing_extensions.py")
+
+
 # ---- wheels --------------------------------------------------------------------------------
 
 def _wheel_tree(arch: str) -> Path:
@@ -259,7 +288,7 @@ def _wheel_tree(arch: str) -> Path:
         if tvm_dir.parent != ffi_dir.parent:
             raise CompileError(f"tvm ({tvm_dir}) and tvm_ffi ({ffi_dir}) are not installed side by side")
         return tvm_dir.parent
-    tree = cache_root() / "wheels" / f"{arch}-tvm{TVM_VERSION}-ffi{TVM_FFI_VERSION}"
+    tree = cache_root() / "wheels" / f"{arch}-tvm{TVM_VERSION}-ffi{TVM_FFI_VERSION}-py"
     if (tree / ".complete").exists():
         return tree
     wheels = _download_wheels(arch)
@@ -268,7 +297,8 @@ def _wheel_tree(arch: str) -> Path:
         for whl in wheels:
             with zipfile.ZipFile(whl) as z:
                 for name in z.namelist():
-                    if re.fullmatch(r"tvm/lib/libtvm_runtime\.so|tvm_ffi/lib/libtvm_ffi\.so|tvm_ffi/include/.*", name):
+                    if re.fullmatch(r"tvm/lib/libtvm_runtime\.so|tvm_ffi/lib/libtvm_ffi(_testing)?\.so|tvm_ffi/include/.*"
+                                    r"|tvm_ffi/.*\.py|tvm_ffi/core\.[^/]*\.so", name):
                         z.extract(name, tmp)
         (tmp / ".complete").write_text("\n".join(w.name for w in wheels) + "\n")
         if tree.exists():
