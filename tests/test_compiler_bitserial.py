@@ -173,7 +173,9 @@ def test_fused_conv2d_adds_residual_in_the_quantized_domain(residual, o, stride,
 
 def test_quantize_pack_and_unpack_ops_match_numpy():
     x = tvm.te.placeholder((1, 3, 5, 40), "float32", name="x")
-    packed = ops.quantize_pack_compute(x, bits=3, step=0.25)
+    from edge_sdk.compiler.ops import bitserial_io as io
+
+    packed = io.quantize_pack_compute(x, bits=3, step=0.25)
     ex = ops.build(tvm.te.create_prim_func([x, packed]), target=HOST)
     xs = (RNG.integers(-64, 512, (1, 3, 5, 40)) / 128).astype("float32")
     out = _t(np.zeros((1, 3, 5, 2, 3), "uint32"))
@@ -181,7 +183,7 @@ def test_quantize_pack_and_unpack_ops_match_numpy():
     codes = bs.quantize_activations(xs, bits=3, step=0.25)
     np.testing.assert_array_equal(out.numpy(), bs.pack_activations(codes, bits=3))
     p = tvm.te.placeholder((1, 3, 5, 2, 3), "uint32", name="p")
-    ex2 = ops.build(tvm.te.create_prim_func([p, ops.unpack_compute(p, channels=40)]), target=HOST)
+    ex2 = ops.build(tvm.te.create_prim_func([p, io.unpack_compute(p, channels=40)]), target=HOST)
     back = _t(np.zeros((1, 3, 5, 40), "int32"))
     ex2.mod["main"](out, back)
     np.testing.assert_array_equal(back.numpy(), codes)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_sdk.compiler.ops import bitserial as ops
+from edge_sdk.compiler.ops import bitserial as ops, bitserial_io as io
 from edge_sdk.errors import CompileError
 from edge_sdk.models.binarized import DwPw
 from edge_sdk.quant.bitserial import pack_conv_weights
@@ -109,7 +109,7 @@ class _Emitter:
         if isinstance(self.net.blocks[0], DwPw):  # MobileNet: the first depthwise reads dequantized codes
             return None, self.dequant(self.clip(self.quantize_float(y)))
         if self.glue == "fused":
-            p = self.bb.emit_te(ops.quantize_pack_compute, y, bits=self.net.a_bits, step=self.net.step, word=WORD,
+            p = self.bb.emit_te(io.quantize_pack_compute, y, bits=self.net.a_bits, step=self.net.step, word=WORD,
                                 primfunc_name_hint="bitserial_quantize_pack")
             return p, None
         q = self.clip(self.quantize_float(y))
@@ -133,13 +133,13 @@ class _Emitter:
                                       groups=c, data_layout="NHWC", kernel_layout="HWIO"), name_hint=d.name)
         y = self.bb.emit(op.nn.relu(self.bb.emit(op.add(y, self.const(d.bias)), name_hint=f"{d.name}_bias")),
                          name_hint=f"{d.name}_relu")
-        p = self.bb.emit_te(ops.quantize_pack_compute, y, bits=self.net.a_bits, step=self.net.step, word=WORD,
+        p = self.bb.emit_te(io.quantize_pack_compute, y, bits=self.net.a_bits, step=self.net.step, word=WORD,
                             primfunc_name_hint="bitserial_quantize_pack")
         if self.glue == "fused":
             p = self.conv(b.pw, p, glue_out=True)
             if last:
                 return p, None
-            return None, self.bb.emit_te(ops.unpack_dequant_compute, p, channels=b.pw.out_shape[3],
+            return None, self.bb.emit_te(io.unpack_dequant_compute, p, channels=b.pw.out_shape[3],
                                          step=self.net.step, primfunc_name_hint="bitserial_dequant")
         q = self.clip(self.float_glue(b.pw, self.conv(b.pw, p, glue_out=False)))
         return (self.pack(q), None) if last else (None, self.dequant(q))
@@ -167,10 +167,10 @@ class _Emitter:
         op, net = self.relax.op, self.net
         c = net.convs[-1].out_shape[3]
         if output in ("codes", "both"):
-            codes = self.bb.emit_te(ops.unpack_compute, p, channels=c, primfunc_name_hint="bitserial_unpack")
+            codes = self.bb.emit_te(io.unpack_compute, p, channels=c, primfunc_name_hint="bitserial_unpack")
             if output == "codes":
                 return codes
-        feat = self.bb.emit_te(ops.unpack_mean_compute, p, channels=c, step=net.step,
+        feat = self.bb.emit_te(io.unpack_mean_compute, p, channels=c, step=net.step,
                                primfunc_name_hint="bitserial_avgpool")
         y = self.bb.emit(op.matmul(feat, self.const(net.fc_weight)), name_hint="fc")
         y = self.bb.emit(op.add(y, self.const(net.fc_bias)), name_hint="fc_bias")
