@@ -149,10 +149,17 @@ def add_run_parser(sub) -> None:
     p.add_argument("--threads", type=int, default=1, help="runtime threads (default 1)")
     p.add_argument("--top", type=int, default=5, help="how many classes to report")
     p.add_argument("--json", action="store_true")
+    from edge_sdk.fleet.cli import add_remote_run_options
+
+    add_remote_run_options(p)  # --device, --fleet, --known-hosts: run the installed package on a device
     p.set_defaults(drive=drive_run)
 
 
 def drive_run(args) -> int:
+    if args.device:
+        from edge_sdk.fleet.cli import drive_remote_run
+
+        return drive_remote_run(args)
     from edge_sdk.run import run_package
 
     if args.repeat < 1 or args.threads < 1 or args.warmup < 0:
@@ -210,9 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     from edge_sdk.dashboard import add_dashboard_parser
     from edge_sdk.demo import add_demo_parser
+    from edge_sdk.fleet.cli import add_deploy_parser, add_fleet_parser
     from edge_sdk.results import add_results_parser
 
-    for add in (add_demo_parser, add_results_parser, add_dashboard_parser):
+    for add in (add_deploy_parser, add_fleet_parser, add_demo_parser, add_results_parser, add_dashboard_parser):
         add(sub)
     return parser
 
