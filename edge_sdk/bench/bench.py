@@ -179,6 +179,7 @@ def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup:
                                emulate_cpu=emulate_cpu or ("cortex-a53" if emulated else None), threads=row.threads,
                                warmup=warmup, repeat=repeat, min_time_ms=min_time_ms)
             row.latency_ms, row.repeats, out = _stats(res.latencies_ms), len(res.latencies_ms), res.output
+            row.detail = "run under qemu: emulated time, not a Pi's" if res.emulated else ""
             ok, err = golden_check(pkg, out)
             rr = RunResult(package=str(pkg_path), model=m["model"]["name"], variant=m["variant"],
                            target=m["target"]["name"], emulated=res.emulated, threads=row.threads,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -106,8 +107,6 @@ def time_peer(key: str, peer: Peer, *, threads: int, warmup: int, repeat: int, m
     if input_npy is not None and peer.family == "float":
         cmd += ["--input", str(input_npy)]
     env = {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": "1"}
-    import os
-
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False,
                               env={**os.environ, **env})

@@ -49,8 +49,9 @@ def render(result, *, console=None) -> None:
         peer = f"{_fmt_ratio(r.vs_best_peer)} ({r.best_peer})" if r.vs_best_peer is not None else ""
         detail = r.detail
         if r.ours and r.golden and r.status == "ok":
-            detail = f"golden ok vs {r.golden['reference']} (max err {r.golden['max_abs_err']:.1e})" + \
-                     (", cached" if r.cached else "")
+            detail = "; ".join(x for x in (f"golden ok vs {r.golden['reference']} (max err "
+                                           f"{r.golden['max_abs_err']:.1e})" + (", cached" if r.cached else ""),
+                                           r.detail) if x)
         t.add_row(r.engine, r.variant, str(r.threads), f"[{_STYLE.get(r.status, '')}]{r.status}[/]", fig, spread,
                   runs, _fmt_ratio(r.speedup_vs_float32), peer, detail[:300])
     out.print(t)

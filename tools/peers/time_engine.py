@@ -19,6 +19,8 @@ import json
 import sys
 import time
 
+import numpy as np
+
 
 def _litert(path: str, threads: int):
     from ai_edge_litert.interpreter import Interpreter
@@ -34,7 +36,7 @@ def _litert(path: str, threads: int):
 
     import ai_edge_litert
 
-    return run, list(d["shape"]), str(d["dtype"].__name__), getattr(ai_edge_litert, "__version__", "?")
+    return run, list(d["shape"]), np.dtype(d["dtype"]).name, getattr(ai_edge_litert, "__version__", "?")
 
 
 def _onnxruntime(path: str, threads: int):
@@ -61,7 +63,7 @@ def _lce(path: str, threads: int):
 
     with open(path, "rb") as f:
         it = Interpreter(f.read(), num_threads=threads)
-    shape, dtype = list(it.input_shapes[0]), str(it.input_types[0].__name__)
+    shape, dtype = list(it.input_shapes[0]), np.dtype(it.input_types[0]).name
 
     def run(x):
         return it.predict(x)
@@ -72,7 +74,7 @@ def _lce(path: str, threads: int):
 ENGINES = {"litert": _litert, "onnxruntime": _onnxruntime, "lce": _lce}
 
 
-def _input(np, shape, dtype, seed, path):
+def _input(shape, dtype, seed, path):
     if path:
         x = np.load(path)
         if list(x.shape) != list(shape) and x.ndim == 4 and list(x.transpose(0, 3, 1, 2).shape) == list(shape):
@@ -97,11 +99,8 @@ def main(argv=None) -> int:
     ap.add_argument("--input", help="a .npy input (default: seeded random)")
     ap.add_argument("--count", type=int, help="run exactly this many inferences, untimed")
     args = ap.parse_args(argv)
-
-    import numpy as np
-
     run, shape, dtype, version = ENGINES[args.engine](args.model, args.threads)
-    x = _input(np, shape, dtype, args.seed, args.input)
+    x = _input(shape, dtype, args.seed, args.input)
     if args.count is not None:
         for _ in range(args.count):
             y = run(x)
