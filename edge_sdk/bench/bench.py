@@ -56,6 +56,7 @@ class BenchRow:
     best_peer: str | None = None
     run_json: dict | None = field(default=None, repr=False)
     manifest: dict | None = field(default=None, repr=False)
+    latencies: list[float] = field(default_factory=list, repr=False)  # all rounds, in ms
 
     @property
     def ours(self) -> bool:
@@ -68,7 +69,7 @@ class BenchRow:
 
     def to_json(self) -> dict:
         d = asdict(self)
-        d.pop("run_json"), d.pop("manifest")
+        d.pop("run_json"), d.pop("manifest"), d.pop("latencies")
         return d
 
 
@@ -157,6 +158,15 @@ def _failure(e: Exception) -> str:
     return f"{type(e).__name__}: {e}".strip()[:2000]
 
 
+def _qemu_cpu(manifest: dict) -> str | None:
+    """The qemu CPU model a package runs under here (None: it runs natively)."""
+    if manifest["target"]["arch"] == os.uname().machine:
+        return None
+    from edge_sdk.targets import get_target
+
+    return get_target(manifest["target"]["name"]).emulate_cpu or "cortex-a53"
+
+
 def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup: int, repeat: int,
               min_time_ms: float) -> np.ndarray:
     """Time (or count) one package; fills the row; returns its golden input (for the peers)."""
@@ -174,11 +184,10 @@ def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup:
             c = count_runner(lib=lib, params=params, input=x, cpu=emulate_cpu)
             row.instructions, row.counts, out = c.per_inference, c.counts, c.output
         else:
-            emulated = m["target"]["arch"] != os.uname().machine
             res = run_compiled(lib=lib, params=params, input=x, arch=m["target"]["arch"],
-                               emulate_cpu=emulate_cpu or ("cortex-a53" if emulated else None), threads=row.threads,
+                               emulate_cpu=_qemu_cpu(m), threads=row.threads,
                                warmup=warmup, repeat=repeat, min_time_ms=min_time_ms)
-            row.latency_ms, row.repeats, out = _stats(res.latencies_ms), len(res.latencies_ms), res.output
+            row.latencies, out = list(res.latencies_ms), res.output
             row.detail = "run under qemu: emulated time, not a Pi's" if res.emulated else ""
             ok, err = golden_check(pkg, out)
             rr = RunResult(package=str(pkg_path), model=m["model"]["name"], variant=m["variant"],
@@ -192,6 +201,44 @@ def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup:
         if not ok:
             row.status, row.detail = WRONG, f"golden check failed: max abs err {err:.3g} vs {g['reference']}"
         return x
+
+
+def _more_rounds(rows: list[BenchRow], rounds: int, *, key: str, input_npy: Path | None, warmup: int,
+                 min_time_ms: float, say) -> None:
+    """Rounds 2..N: every timed row again, in turn, so load from other users hits all rows alike."""
+    from edge_sdk.bench import peers as P
+    from edge_sdk.package import open_package
+    from edge_sdk.runtime.execute import run_compiled
+
+    for i in range(2, rounds + 1):
+        for row in rows:
+            if row.status != OK or not row.latencies:
+                continue
+            say(f"round {i}/{rounds}: {row.engine} {row.variant}, {row.threads} thread(s)")
+            try:
+                if row.ours:
+                    with tempfile.TemporaryDirectory(prefix="edge-bench-") as tmp:
+                        pkg = open_package(Path(row.package), Path(tmp) / "pkg")
+                        res = run_compiled(lib=pkg.member("model.so"), params=pkg.member("params.bin"),
+                                           input=pkg.golden_input, arch=pkg.manifest["target"]["arch"],
+                                           emulate_cpu=_qemu_cpu(pkg.manifest),
+                                           threads=row.threads, warmup=warmup, repeat=1, min_time_ms=min_time_ms)
+                    row.latencies += res.latencies_ms
+                else:
+                    peer = next(p for p in P.PEERS if (p.engine, p.variant) == (row.engine, row.variant))
+                    js = P.time_peer(key, peer, threads=row.threads, warmup=warmup, repeat=1,
+                                     min_time_ms=min_time_ms, input_npy=input_npy)
+                    row.latencies += js["latencies_ms"]
+            except (EdgeError, RuntimeError, ValueError, OSError) as e:
+                row.status, row.detail = FAILED, f"round {i}: {_failure(e)}"
+
+
+def _finish_latencies(rows: list[BenchRow]) -> None:
+    for row in rows:
+        if row.latencies:
+            row.latency_ms, row.repeats = _stats(row.latencies), len(row.latencies)
+            if row.run_json:
+                row.run_json.update(latency_ms=row.latency_ms, repeats=row.repeats)
 
 
 def _ratios(rows: list[BenchRow]) -> None:
@@ -215,9 +262,13 @@ def _ratios(rows: list[BenchRow]) -> None:
 
 def run_bench(model, *, variants: list[str], target: str = "host", threads: list[int] = (1,),
               peers: bool = False, emulate: str | None = None, warmup: int = 3, repeat: int = 5,
-              min_time_ms: float = 1000.0, seed: int = 0,
+              min_time_ms: float = 1000.0, rounds: int = 3, seed: int = 0,
               progress: Callable[[str], None] | None = None) -> BenchResult:
-    """Compile (or reuse), run and compare; every failure becomes a row status, never an exception."""
+    """Compile (or reuse), run and compare; every failure becomes a row status, never an exception.
+
+    Timing is split into `rounds` passes over all rows (each min_time_ms / rounds long), so that
+    a neighbour's load on a shared machine lands on every row alike, as in tools/bench_float.py.
+    """
     from edge_sdk.bench import peers as peers_mod
     from edge_sdk.bench.sysinfo import system_info
     from edge_sdk.targets import get_target
@@ -234,6 +285,8 @@ def run_bench(model, *, variants: list[str], target: str = "host", threads: list
     emulate_cpu = (tgt.emulate_cpu or "cortex-a53") if emulate else None
     if emulate and tgt.arch != "aarch64":
         raise UsageError(f"--emulate needs an aarch64 target, not '{target}' ({tgt.arch})")
+    rounds = 1 if emulate else max(1, rounds)
+    slice_ms = min_time_ms / rounds
     rows: list[BenchRow] = []
     inputs: list[np.ndarray] = []
     for name in variants:
@@ -252,59 +305,28 @@ def run_bench(model, *, variants: list[str], target: str = "host", threads: list
             row = BenchRow("edge-sdk", name, v.family, t, package=str(pkg), cached=cached)
             say(f"{name}: {'counting instructions' if emulate else 'timing'} with {t} thread(s)")
             try:
-                x = _run_ours(row, pkg, emulate_cpu=emulate_cpu, warmup=warmup, repeat=repeat, min_time_ms=min_time_ms)
+                x = _run_ours(row, pkg, emulate_cpu=emulate_cpu, warmup=warmup, repeat=repeat, min_time_ms=slice_ms)
                 inputs += [x] if x.dtype == np.float32 else []
             except (EdgeError, RuntimeError, ValueError, OSError) as e:
                 row.status, row.detail = FAILED, _failure(e)
             rows.append(row)
     key = peers_mod.peer_key(model)
-    if peers:
-        rows += _run_peers(key, threads, tgt, emulate_cpu, inputs[0] if inputs else None,
-                           warmup=warmup, repeat=repeat, min_time_ms=min_time_ms, say=say)
+    with tempfile.TemporaryDirectory(prefix="edge-bench-in-") as tmp:
+        npy = None
+        if inputs:
+            npy = Path(tmp) / "input.npy"
+            np.save(npy, inputs[0], allow_pickle=False)
+        if peers:
+            rows += peers_mod.peer_rows(key, threads, tgt, emulate_cpu, npy, warmup=warmup, repeat=repeat,
+                                        min_time_ms=slice_ms, say=say)
+        _more_rounds(rows, rounds, key=key, input_npy=npy, warmup=warmup, min_time_ms=slice_ms, say=say)
+    _finish_latencies(rows)
     _ratios(rows)
     return BenchResult(model={"name": model.name, "source": model.source, "options": model.options, "peer_key": key},
                        target=tgt.name, mode="instructions" if emulate else "latency", emulate_cpu=emulate_cpu,
                        options={"variants": list(variants), "threads": list(threads), "peers": peers, "warmup": warmup,
-                                "repeat": repeat, "min_time_ms": min_time_ms, "seed": seed},
+                                "repeat": repeat, "min_time_ms": min_time_ms, "rounds": rounds, "seed": seed},
                        system=system_info(), rows=rows)
-
-
-def _run_peers(key, threads, tgt, emulate_cpu, x, *, warmup, repeat, min_time_ms, say) -> list[BenchRow]:
-    from edge_sdk.bench import peers as P
-
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="edge-bench-peers-") as tmp:
-        npy = None
-        if x is not None:
-            npy = Path(tmp) / "input.npy"
-            np.save(npy, x, allow_pickle=False)
-        for peer in P.peers_for(key):
-            for t in threads:
-                row = BenchRow(peer.engine, peer.variant, peer.family, t)
-                why = P.availability(key, peer)
-                if why is None and emulate_cpu:
-                    why = P.emulate_unavailable(peer)
-                elif why is None and tgt.arch != os.uname().machine:
-                    why = f"peers run on this {os.uname().machine} host; use --target host or --emulate {tgt.name}"
-                if why:
-                    row.status, row.detail = UNAVAILABLE, why
-                    rows.append(row)
-                    continue
-                say(f"peer {peer.label}: {'counting' if emulate_cpu else 'timing'} with {t} thread(s)")
-                try:
-                    if emulate_cpu:
-                        c = P.count_peer(key, peer, cpu=emulate_cpu)
-                        row.instructions, row.counts = c.per_inference, c.counts
-                    else:
-                        js = P.time_peer(key, peer, threads=t, warmup=warmup, repeat=repeat,
-                                         min_time_ms=min_time_ms, input_npy=npy)
-                        row.latency_ms, row.repeats = _stats(js["latencies_ms"]), len(js["latencies_ms"])
-                        row.detail = f"{peer.engine} {js.get('version', '?')}"
-                    row.package = str(P.peer_file(key, peer))
-                except (EdgeError, RuntimeError, ValueError, OSError) as e:
-                    row.status, row.detail = FAILED, _failure(e)
-                rows.append(row)
-    return rows
 
 
 # ---------------------------------------------------------------- CLI (registered in edge_sdk/cli.py)
@@ -322,6 +344,8 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default 3)")
     p.add_argument("--repeat", type=int, default=5, help="at least this many timed runs (default 5)")
     p.add_argument("--min-time-ms", type=float, default=1000.0, help="time each row at least this long (default 1000)")
+    p.add_argument("--rounds", type=int, default=3, help="split the timing into this many passes over all rows, "
+                   "so machine load hits every row alike (default 3)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--db", type=Path, help="results store to write (default: the user's results.sqlite)")
     p.add_argument("--no-store", action="store_true", help="do not write the results store")
@@ -333,8 +357,8 @@ def drive_bench(args) -> int:
     from edge_sdk.cli import _console, _print_json, load_model
 
     variants, threads = parse_variants(args.variants), parse_threads(args.threads)
-    if args.warmup < 0 or args.repeat < 1 or args.min_time_ms < 0:
-        raise UsageError("--warmup must be >= 0, --repeat >= 1, --min-time-ms >= 0")
+    if args.warmup < 0 or args.repeat < 1 or args.min_time_ms < 0 or args.rounds < 1:
+        raise UsageError("--warmup must be >= 0, --repeat >= 1, --min-time-ms >= 0, --rounds >= 1")
     if args.no_store and args.db:
         raise UsageError("--db and --no-store contradict each other")
     console = _console()
@@ -347,7 +371,7 @@ def drive_bench(args) -> int:
 
         result = run_bench(model, variants=variants, target=args.target, threads=threads, peers=args.peers,
                            emulate=args.emulate, warmup=args.warmup, repeat=args.repeat,
-                           min_time_ms=args.min_time_ms, seed=args.seed, progress=progress)
+                           min_time_ms=args.min_time_ms, rounds=args.rounds, seed=args.seed, progress=progress)
     result.options["seconds"] = round(time.perf_counter() - t0, 1)
     result.store = {"written": 0, "note": "--no-store"} if args.no_store else record(result, db=args.db)
     if args.json:

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_sdk.errors import RuntimeFailure
+from edge_sdk.errors import EdgeError, RuntimeFailure
 from edge_sdk.runtime.bundle import cache_root
 
 TIME_ENGINE = Path(__file__).resolve().parents[2] / "tools" / "peers" / "time_engine.py"
@@ -134,3 +134,37 @@ def count_peer(key: str, peer: Peer, *, cpu: str):
     from edge_sdk.bench.emulate import count_litert
 
     return count_litert(peer_file(key, peer), cpu=cpu)
+
+
+def peer_rows(key, threads, tgt, emulate_cpu, npy, *, warmup, repeat, min_time_ms, say) -> list[BenchRow]:
+    """One row per (peer, threads): timed (first round), counted under qemu, or why it is unavailable."""
+    from edge_sdk.bench.bench import FAILED, UNAVAILABLE, BenchRow, _failure
+
+    rows = []
+    for peer in peers_for(key):
+        for t in threads:
+            row = BenchRow(peer.engine, peer.variant, peer.family, t)
+            why = availability(key, peer)
+            if why is None and emulate_cpu:
+                why = emulate_unavailable(peer)
+            elif why is None and tgt.arch != os.uname().machine:
+                why = f"peers run on this {os.uname().machine} host; use --target host or --emulate {tgt.name}"
+            if why:
+                row.status, row.detail = UNAVAILABLE, why
+                rows.append(row)
+                continue
+            say(f"peer {peer.label}: {'counting' if emulate_cpu else 'timing'} with {t} thread(s)")
+            try:
+                if emulate_cpu:
+                    c = count_peer(key, peer, cpu=emulate_cpu)
+                    row.instructions, row.counts = c.per_inference, c.counts
+                else:
+                    js = time_peer(key, peer, threads=t, warmup=warmup, repeat=repeat,
+                                     min_time_ms=min_time_ms, input_npy=npy)
+                    row.latencies = list(js["latencies_ms"])
+                    row.detail = f"{peer.engine} {js.get('version', '?')}"
+                row.package = str(peer_file(key, peer))
+            except (EdgeError, RuntimeError, ValueError, OSError) as e:
+                row.status, row.detail = FAILED, _failure(e)
+            rows.append(row)
+    return rows
