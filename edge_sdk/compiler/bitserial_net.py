@@ -93,6 +93,10 @@ def lower_bitserial(model, variant, target, *, progress, seed: int):
 
     if variant.glue not in ("fused", "unfused"):
         raise CompileError(f"variant '{variant.name}': glue mode {variant.glue!r} is not 'fused' or 'unfused'")
+    if model.options.get("format") == "lce":  # a Larq Compute Engine model: binary already
+        from edge_sdk.compiler.lce_graph import lower_lce
+
+        return lower_lce(model, variant, target, progress=progress, seed=seed)
     net = binarize(model, a_bits=variant.activation_bits, w_bits=variant.weight_bits,
                    polarity=variant.polarity or "unipolar")
     x = golden_input(net.input_shape, seed=seed)

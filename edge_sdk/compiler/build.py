@@ -102,6 +102,11 @@ def compile_model(model: Model, *, variant: Variant, target: Target, out: Path,
                   progress: Callable[[str], None] | None = None, seed: int = 0) -> CompileResult:
     say = progress or (lambda _msg: None)
     fcompile = target.compiler()  # fails early, naming the Debian package, if the cross compiler is missing
+    if model.options.get("format") == "lce" and variant.family != "bitserial":
+        from edge_sdk.errors import UsageError
+
+        raise UsageError(f"{model.source} is a Larq binary model: compile it with --variant w1a1 "
+                         f"(or w1a1-unfused), not {variant.name}")
     seconds: dict[str, float] = {}
 
     layers = layer_table(model.mod)

@@ -114,7 +114,9 @@ def load_model_file(path: Path) -> Model:
         raise ModelError(f"{path}: no such model file")
     suffix = path.suffix.lower()
     if suffix == ".tflite":
-        return load_tflite(path)
+        from edge_sdk.models.lce import is_lce_file, load_lce
+
+        return load_lce(path) if is_lce_file(path) else load_tflite(path)
     if suffix == ".onnx":
         return load_onnx(path)
     raise ModelError(f"{path}: unknown model format '{suffix}' (expected .tflite or .onnx, or a zoo name)")

@@ -83,8 +83,11 @@ def conv2d_compute(*, batch: int, height: int, width: int, channels: int, filter
                    kernel: int, stride: int = 1, padding=0, a_bits: int, w_bits: int,
                    mode: str = "unipolar", word: str = "uint32",
                    glue_out_bits: int | None = None, out_word: str = "uint32",
-                   residual: str | None = None, res_lshift: int = 0):
+                   residual: str | None = None, res_lshift: int = 0, pad_value: int = 0):
     """TE tensors of a bitserial conv2d (NHWC); returns (inputs, output) for create_prim_func.
+
+    pad_value (bipolar, 1-bit activations only): 0 pads with the value 0 (a padded tap is skipped),
+    1 pads with +1 (every bit set in the word's real channels): Larq's `pad_values=1` one-padding.
 
     With glue_out_bits, three more int32 (O,) inputs follow: lshift, offset, rshift, and the output is
     bitpack(clip(((acc << lshift) + offset) >> rshift, 0, 2^out_bits - 1)).
@@ -101,6 +104,8 @@ def conv2d_compute(*, batch: int, height: int, width: int, channels: int, filter
     wbits = _check(mode, a_bits, w_bits, word, "bitserial conv2d")
     if glue_out_bits is not None:
         _check(mode, glue_out_bits, w_bits, out_word, "bitserial conv2d glue")
+    if pad_value not in (0, 1) or (pad_value and (mode != "bipolar" or a_bits != 1)):
+        raise CompileError(f"bitserial conv2d: pad_value {pad_value} needs 0, or 1 with bipolar 1-bit activations")
     cw = -(-channels // wbits)
     t, l, b, r = pad4(padding)
     oh, ow = conv_out_size(height, kernel, stride, t, b), conv_out_size(width, kernel, stride, l, r)
@@ -130,10 +135,14 @@ def conv2d_compute(*, batch: int, height: int, width: int, channels: int, filter
         def acc(n, y, x, f):  # a padded tap is skipped, not read as -1 (quant.bitserial docstring)
             iy, ix = y * stride + ry - t, x * stride + rx - l
             valid = tirx.all(iy >= 0, iy < height, ix >= 0, ix < width)
-            a = tirx.if_then_else(valid, data[n, iy, ix, rc, ib], zero)
             nbits = tirx.min(wbits, channels - rc * wbits).astype("int32")
+            if pad_value:  # +1 in every real channel of the word; tail bits stay 0, as in the weights
+                ones = tirx.const((1 << wbits) - 1, word) >> (wbits - nbits).astype(word)
+                a = tirx.if_then_else(valid, data[n, iy, ix, rc, ib], ones)
+            else:
+                a = tirx.if_then_else(valid, data[n, iy, ix, rc, ib], zero)
             term = _pair_term(a, wgt[ry, rx, rc, jb, f], mode, nbits, (ib + jb).astype("int32"))
-            return te.sum(tirx.if_then_else(valid, term, 0), axis=axes)
+            return te.sum(term if pad_value else tirx.if_then_else(valid, term, 0), axis=axes)
 
     conv = te.compute((batch, oh, ow, filters), acc, name="conv")
     if glue_out_bits is None:

@@ -1,0 +1,346 @@
+"""Intake of Larq Compute Engine models: .tflite files with LCE's custom binary ops.
+
+    read_lce(path) -> LceGraph        the op list, constant tensors, options (flexbuffers) parsed
+    run_reference(graph, x) -> y      the network in plain numpy (the golden output of a package)
+    load_lce(path) -> Model           what compile_model takes (variant w1a1; compiler/lce_graph.py lowers it)
+
+LCE's semantics (read from larq/compute-engine, core/bconv2d/*.h, tflite/kernels/bconv2d.cc):
+  packing     int32 words along channels, channel c at bit c % 32 of word c // 32 (LSB first); bit 1 means
+              -1, bit 0 means +1. LceQuantize writes bit = (x < 0) (so 0.0 is +1); tail bits are 0.
+  LceBconv2d  inputs: packed input, packed filter (O, KH, KW, ceil(C/32)), post_activation_multiplier,
+              post_activation_bias (float, per O), thresholds (int32, per O). Options: channels_in,
+              stride/dilation, padding (0 SAME, 1 VALID), pad_values (1: pad with +1; 0: with 0, which
+              LCE corrects), fused_activation_function. With v = the true +-1 dot product (K - 2 * xor
+              popcount, K = KH*KW*channels_in):
+                float output:     clamp(v, activation range) * multiplier + bias
+                bitpacked output: bit (-1) iff (K - v) / 2 > threshold  (the xor popcount > threshold)
+  LceBMaxPool2d  max of +-1 values over the window (an AND of the bits), padded taps ignored.
+  LceDequantize  bit 1 -> -1.0, bit 0 -> +1.0.
+Our bipolar kernels use the opposite bit convention (bit 1 = +1); an XNOR dot product does not change when
+both sides flip, so only weights (repacked here) and the quantize/dequantize ends see the difference.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edge_sdk.errors import ModelError
+from edge_sdk.models.base import Model, Preprocess
+
+LCE_OPS = ("LceQuantize", "LceDequantize", "LceBconv2d", "LceBMaxPool2d")
+BUILTINS = ("CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "MAX_POOL_2D", "AVERAGE_POOL_2D", "MEAN", "FULLY_CONNECTED",
+            "SOFTMAX", "RESHAPE", "RELU", "RELU6", "PAD")
+ACTIVATIONS = {0: None, 1: (0.0, None), 2: (-1.0, 1.0), 3: (0.0, 6.0)}  # TFLite ActivationFunctionType
+_TYPES = {0: np.float32, 2: np.int32, 3: np.uint8, 4: np.int64, 9: np.int8}
+
+
+@dataclass
+class LceOp:
+    kind: str  # "LceBconv2d", "CONV_2D", ...
+    inputs: list[int]  # tensor indices, -1 for an absent optional input
+    outputs: list[int]
+    options: dict = field(default_factory=dict)
+
+
+@dataclass
+class LceGraph:
+    path: Path
+    shapes: dict[int, tuple[int, ...]]
+    dtypes: dict[int, str]
+    consts: dict[int, np.ndarray]
+    channels: dict[int, int]  # true channel count of every bitpacked tensor
+    ops: list[LceOp]
+    input: int
+    output: int
+    input_name: str
+
+    def const(self, i: int, op: LceOp, what: str) -> np.ndarray:
+        if i not in self.consts:
+            raise ModelError(f"{self.path}: {op.kind}: {what} must be a constant tensor")
+        return self.consts[i]
+
+
+def is_lce_file(path: Path) -> bool:
+    """True when the .tflite file uses any of LCE's custom ops."""
+    import tflite
+
+    buf = path.read_bytes()
+    try:
+        m = tflite.Model.GetRootAsModel(buf, 0)
+        codes = [m.OperatorCodes(i).CustomCode() for i in range(m.OperatorCodesLength())]
+    except Exception:  # noqa: BLE001 - not a flatbuffer at all: the normal importer reports it
+        return False
+    return any(c and c.decode().startswith("Lce") for c in codes)
+
+
+def _activation(code: int, where: str):
+    if code not in ACTIVATIONS:
+        raise ModelError(f"{where}: fused activation {code} is not supported (NONE, RELU, RELU_N1_TO_1, RELU6)")
+    return ACTIVATIONS[code]
+
+
+def _builtin_options(tfl, op, kind: str, where: str) -> dict:
+    import tflite
+
+    table = op.BuiltinOptions()
+    if table is None:
+        return {}
+
+    def read(cls):
+        o = cls()
+        o.Init(table.Bytes, table.Pos)
+        return o
+
+    if kind == "CONV_2D":
+        o = read(tflite.Conv2DOptions)
+        if o.DilationHFactor() != 1 or o.DilationWFactor() != 1:
+            raise ModelError(f"{where}: dilated CONV_2D is not supported")
+        return dict(padding=o.Padding(), stride=(o.StrideH(), o.StrideW()), act=o.FusedActivationFunction())
+    if kind == "DEPTHWISE_CONV_2D":
+        o = read(tflite.DepthwiseConv2DOptions)
+        if o.DilationHFactor() != 1 or o.DilationWFactor() != 1 or o.DepthMultiplier() not in (0, 1):
+            raise ModelError(f"{where}: dilated or multiplier > 1 DEPTHWISE_CONV_2D is not supported")
+        return dict(padding=o.Padding(), stride=(o.StrideH(), o.StrideW()), act=o.FusedActivationFunction())
+    if kind in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
+        o = read(tflite.Pool2DOptions)
+        return dict(padding=o.Padding(), stride=(o.StrideH(), o.StrideW()),
+                    filter=(o.FilterHeight(), o.FilterWidth()), act=o.FusedActivationFunction())
+    if kind == "ADD":
+        return dict(act=read(tflite.AddOptions).FusedActivationFunction())
+    if kind == "FULLY_CONNECTED":
+        o = read(tflite.FullyConnectedOptions)
+        return dict(act=o.FusedActivationFunction(), keep_dims=bool(o.KeepNumDims()))
+    if kind == "MEAN":
+        return dict(keep_dims=bool(read(tflite.ReducerOptions).KeepDims()))
+    if kind == "SOFTMAX":
+        return dict(beta=float(read(tflite.SoftmaxOptions).Beta()))
+    return {}
+
+
+def read_lce(path: Path) -> LceGraph:
+    """Parse an LCE-converted .tflite into an LceGraph (ModelError naming the file and op otherwise)."""
+    import tflite
+    from flatbuffers import flexbuffers
+
+    buf = path.read_bytes()
+    try:
+        m = tflite.Model.GetRootAsModel(buf, 0)
+        if m.SubgraphsLength() != 1:
+            raise ModelError(f"{path}: {m.SubgraphsLength()} subgraphs; expected one")
+        sg = m.Subgraphs(0)
+    except ModelError:
+        raise
+    except Exception as e:  # noqa: BLE001 - flatbuffers raises anything on garbage
+        raise ModelError(f"{path}: not a valid .tflite file ({type(e).__name__}: {e})") from e
+    names = {v: k for k, v in tflite.BuiltinOperator.__dict__.items() if not k.startswith("_")}
+    shapes, dtypes, consts = {}, {}, {}
+    for i in range(sg.TensorsLength()):
+        t = sg.Tensors(i)
+        if t.Type() not in _TYPES:
+            raise ModelError(f"{path}: tensor '{t.Name().decode()}' has TFLite type {t.Type()}; this importer "
+                             "reads float32 LCE models (int8 LCE models are not supported)")
+        shapes[i] = tuple(int(s) for s in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+        dtypes[i] = np.dtype(_TYPES[t.Type()]).name
+        if t.Type() == 9 and t.Quantization() is not None and t.Quantization().ScaleLength():
+            raise ModelError(f"{path}: tensor '{t.Name().decode()}' is int8-quantized; only float LCE models import")
+        data = m.Buffers(t.Buffer()).DataAsNumpy() if t.Buffer() else 0
+        if not isinstance(data, int) and data.size:
+            consts[i] = np.frombuffer(data.tobytes(), dtype=_TYPES[t.Type()]).reshape(shapes[i])
+    ops, channels = [], {}
+    for k in range(sg.OperatorsLength()):
+        op = sg.Operators(k)
+        oc = m.OperatorCodes(op.OpcodeIndex())
+        custom = oc.CustomCode()
+        kind = custom.decode() if custom else names.get(max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode()), "?")
+        where = f"{path}: op {k} ({kind})"
+        if kind not in LCE_OPS + BUILTINS:
+            raise ModelError(f"{where} is not supported by the LCE importer (supported: {', '.join(LCE_OPS + BUILTINS)})")
+        opts = (flexbuffers.Loads(op.CustomOptionsAsNumpy().tobytes()) if custom and op.CustomOptionsLength()
+                else _builtin_options(m, op, kind, where) if not custom else {})
+        o = LceOp(kind, [int(i) for i in op.InputsAsNumpy()], [int(i) for i in op.OutputsAsNumpy()], dict(opts))
+        _check_op(o, where, shapes, channels)
+        ops.append(o)
+    if sg.InputsLength() != 1 or sg.OutputsLength() != 1:
+        raise ModelError(f"{path}: expected one input and one output")
+    inp, out = int(sg.Inputs(0)), int(sg.Outputs(0))
+    if dtypes[inp] != "float32" or len(shapes[inp]) != 4 or shapes[inp][0] != 1:
+        raise ModelError(f"{path}: input must be float32 NHWC (1, H, W, C), got {dtypes[inp]} {list(shapes[inp])}")
+    return LceGraph(path=path, shapes=shapes, dtypes=dtypes, consts=consts, channels=channels, ops=ops,
+                    input=inp, output=out, input_name=sg.Tensors(inp).Name().decode())
+
+
+def _check_op(o: LceOp, where: str, shapes: dict, channels: dict) -> None:
+    """Refuse what the importer cannot map, and track the true channels of packed tensors."""
+    if o.kind == "LceQuantize":
+        channels[o.outputs[0]] = shapes[o.inputs[0]][-1]
+    elif o.kind == "LceBMaxPool2d":
+        channels[o.outputs[0]] = channels[o.inputs[0]]
+    elif o.kind == "LceDequantize":
+        if shapes[o.outputs[0]][-1] != channels.get(o.inputs[0]):
+            raise ModelError(f"{where}: output channels do not match its packed input")
+    elif o.kind == "LceBconv2d":
+        opts = o.options
+        for key in ("channels_in", "stride_height", "stride_width", "padding", "pad_values",
+                    "dilation_height_factor", "dilation_width_factor", "fused_activation_function"):
+            if key not in opts:
+                raise ModelError(f"{where}: option '{key}' missing from its flexbuffer options")
+        if opts["dilation_height_factor"] != 1 or opts["dilation_width_factor"] != 1:
+            raise ModelError(f"{where}: dilated binary convolutions are not supported")
+        fo, kh, kw, cw = shapes[o.inputs[1]]
+        if cw != -(-opts["channels_in"] // 32):
+            raise ModelError(f"{where}: grouped binary convolutions are not supported")
+        if opts["pad_values"] not in (0, 1):
+            raise ModelError(f"{where}: pad_values {opts['pad_values']} is not 0 or 1")
+        _activation(opts["fused_activation_function"], where)
+        channels[o.outputs[0]] = fo
+    elif o.kind in ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "ADD", "FULLY_CONNECTED"):
+        _activation(o.options.get("act", 0), where)
+
+
+# ---- numpy reference ------------------------------------------------------------------------
+
+def unpack_lce(words: np.ndarray, channels: int) -> np.ndarray:
+    """LCE int32 words (..., ceil(C/32)) -> +-1 int64 values (..., C): bit 1 is -1."""
+    w = words.astype(np.int64) & 0xFFFFFFFF
+    bits = (w[..., :, None] >> np.arange(32)) & 1
+    bits = bits.reshape(*w.shape[:-1], -1)[..., :channels]
+    return 1 - 2 * bits
+
+
+def tf_padding(size: int, k: int, stride: int, same: bool) -> tuple[int, int, int]:
+    """(out, before, after) of TFLite SAME (padding 0) / VALID (1) along one axis."""
+    if not same:
+        return (size - k) // stride + 1, 0, 0
+    out = -(-size // stride)
+    total = max((out - 1) * stride + k - size, 0)
+    return out, total // 2, total - total // 2
+
+
+def pads(op: LceOp, in_shape, k: tuple[int, int], stride: tuple[int, int], padding: int):
+    """(top, left, bottom, right) for an NHWC op."""
+    _, t, b = tf_padding(in_shape[1], k[0], stride[0], padding == 0)
+    _, l, r = tf_padding(in_shape[2], k[1], stride[1], padding == 0)
+    return (t, l, b, r)
+
+
+def bconv_geometry(g: LceGraph, op: LceOp):
+    """(HWIO +-1 weights, stride, (t, l, b, r), K) of an LceBconv2d."""
+    o = op.options
+    c = o["channels_in"]
+    w = unpack_lce(g.const(op.inputs[1], op, "the filter"), c).transpose(1, 2, 3, 0)  # OHWI -> HWIO
+    stride = (o["stride_height"], o["stride_width"])
+    pad = pads(op, g.shapes[op.inputs[0]], w.shape[:2], stride, o["padding"])
+    return w, stride, pad, w.shape[0] * w.shape[1] * c
+
+
+def _conv(x, w, stride, pad, *, fill=0.0, depthwise=False):
+    """NHWC conv (w HWIO, or (KH, KW, C) depthwise) in float64, padded with `fill`."""
+    t, l, b, r = pad
+    xp = np.pad(np.asarray(x, np.float64), ((0, 0), (t, b), (l, r), (0, 0)), constant_values=fill)
+    kh, kw = w.shape[:2]
+    oh, ow = (xp.shape[1] - kh) // stride[0] + 1, (xp.shape[2] - kw) // stride[1] + 1
+    out = np.zeros((x.shape[0], oh, ow, w.shape[-1]))
+    for ry in range(kh):
+        for rx in range(kw):
+            patch = xp[:, ry:ry + stride[0] * (oh - 1) + 1:stride[0], rx:rx + stride[1] * (ow - 1) + 1:stride[1]]
+            out += patch * w[ry, rx] if depthwise else patch @ np.asarray(w[ry, rx], np.float64)
+    return out
+
+
+def _pool(x, k, stride, pad, how: str):
+    t, l, b, r = pad
+    xp = np.pad(x, ((0, 0), (t, b), (l, r), (0, 0)), constant_values=np.nan)
+    oh, ow = (xp.shape[1] - k[0]) // stride[0] + 1, (xp.shape[2] - k[1]) // stride[1] + 1
+    win = np.stack([xp[:, ry:ry + stride[0] * (oh - 1) + 1:stride[0], rx:rx + stride[1] * (ow - 1) + 1:stride[1]]
+                    for ry in range(k[0]) for rx in range(k[1])])
+    return np.nanmax(win, axis=0) if how == "max" else np.nanmean(win, axis=0)  # padded taps ignored (TFLite)
+
+
+def _act(x, code):
+    rng = ACTIVATIONS[code]
+    if rng is None:
+        return x
+    lo, hi = rng
+    return np.clip(x, lo, np.inf if hi is None else hi)
+
+
+def run_reference(g: LceGraph, x: np.ndarray) -> np.ndarray:
+    """The network in numpy: packed tensors are held as +-1 int64 values, float ones in float64."""
+    env = {g.input: np.asarray(x, np.float64)}
+    for op in g.ops:
+        a = env[op.inputs[0]]
+        o, k = op.options, op.kind
+        if k == "LceQuantize":
+            y = np.where(a < 0, -1, 1)
+        elif k == "LceDequantize":
+            y = a.astype(np.float64)
+        elif k == "LceBMaxPool2d":
+            f, s = (o["filter_height"], o["filter_width"]), (o["stride_height"], o["stride_width"])
+            y = _pool(a.astype(np.float64), f, s, pads(op, a.shape, f, s, o["padding"]), "max").astype(np.int64)
+        elif k == "LceBconv2d":
+            w, stride, pad, kk = bconv_geometry(g, op)
+            v = np.rint(_conv(a, w, stride, pad, fill=float(o["pad_values"]))).astype(np.int64)
+            if g.dtypes[op.outputs[0]] == "int32":
+                thr = g.const(op.inputs[4], op, "thresholds").astype(np.int64)
+                y = np.where((kk - v) // 2 > thr, -1, 1)
+            else:
+                mult = g.const(op.inputs[2], op, "post_activation_multiplier").astype(np.float64)
+                bias = g.const(op.inputs[3], op, "post_activation_bias").astype(np.float64)
+                y = _act(v.astype(np.float64), o["fused_activation_function"]) * mult + bias
+        elif k in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            w = g.const(op.inputs[1], op, "the filter").astype(np.float64)
+            w = w.transpose(1, 2, 3, 0) if k == "CONV_2D" else w[0]  # OHWI -> HWIO; (1, KH, KW, C) -> (KH, KW, C)
+            pad = pads(op, a.shape, w.shape[:2], o["stride"], o["padding"])
+            y = _conv(a, w, o["stride"], pad, depthwise=k == "DEPTHWISE_CONV_2D")
+            if len(op.inputs) > 2 and op.inputs[2] >= 0:
+                y = y + g.const(op.inputs[2], op, "the bias")
+            y = _act(y, o["act"])
+        elif k in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
+            y = _act(_pool(a, o["filter"], o["stride"], pads(op, a.shape, o["filter"], o["stride"], o["padding"]),
+                           "max" if k == "MAX_POOL_2D" else "mean"), o["act"])
+        elif k == "ADD":
+            y = _act(a + _value(g, env, op.inputs[1]), o["act"])
+        elif k == "MEAN":
+            axes = tuple(int(v) for v in np.atleast_1d(g.const(op.inputs[1], op, "the axes")))
+            y = a.mean(axis=axes, keepdims=o["keep_dims"])
+        elif k == "FULLY_CONNECTED":
+            w = g.const(op.inputs[1], op, "the weights").astype(np.float64)
+            y = a.reshape(-1, w.shape[1]) @ w.T
+            if len(op.inputs) > 2 and op.inputs[2] >= 0:
+                y = y + g.const(op.inputs[2], op, "the bias")
+            y = _act(y, o["act"]).reshape(g.shapes[op.outputs[0]])
+        elif k == "SOFTMAX":
+            z = a * o.get("beta", 1.0)
+            e = np.exp(z - z.max(axis=-1, keepdims=True))
+            y = e / e.sum(axis=-1, keepdims=True)
+        elif k == "RESHAPE":
+            y = a.reshape(g.shapes[op.outputs[0]])
+        elif k in ("RELU", "RELU6"):
+            y = np.clip(a, 0, 6 if k == "RELU6" else np.inf)
+        elif k == "PAD":
+            y = np.pad(a, g.const(op.inputs[1], op, "the paddings").astype(np.int64))
+        env[op.outputs[0]] = y
+    return env[g.output].astype(np.float32)
+
+
+def _value(g: LceGraph, env: dict, i: int):
+    return env[i] if i in env else g.consts[i].astype(np.float64)
+
+
+# ---- the Model --------------------------------------------------------------------------------
+
+def load_lce(path: Path) -> Model:
+    """A Model whose `mod` is the imported graph (unscheduled kernels; the layer table reads it)."""
+    from edge_sdk.compiler.lce_graph import emit_lce
+    from edge_sdk.models.importers import _stem
+
+    g = read_lce(path)
+    shape = g.shapes[g.input]
+    if shape[3] not in (1, 3):
+        raise ModelError(f"{path}: input has {shape[3]} channels; expected an image (1 or 3)")
+    mod, _ = emit_lce(g, arch=None, glue="fused")
+    return Model(name=_stem(path), mod=mod, input_name=g.input_name, input_shape=shape, input_dtype="float32",
+                 preprocess=Preprocess(shape[1], shape[2]), source=str(path),
+                 options={"format": "lce", "binary_convs": sum(op.kind == "LceBconv2d" for op in g.ops)})
