@@ -242,7 +242,8 @@ def _finish_latencies(rows: list[BenchRow]) -> None:
 
 
 def _ratios(rows: list[BenchRow]) -> None:
-    compare = {"float": ("float",), "int8": ("int8",), "bitserial": ("binary", "float"), "binary": ("binary",)}
+    # The goals: w1a1 against binary peers (LCE), other bitserial variants against float peers.
+    compare = {"float": ("float",), "int8": ("int8",), "bitserial": ("float",), "binary": ("binary",)}
     for r in rows:
         m = r.metric()
         if m is None:
@@ -252,7 +253,7 @@ def _ratios(rows: list[BenchRow]) -> None:
             r.speedup_vs_float32 = f32[0] / m
         if not r.ours:
             continue
-        for fam in compare.get(r.family, ()):
+        for fam in ("binary", "float") if r.variant == "w1a1" else compare.get(r.family, ()):
             peers = [p for p in rows if not p.ours and p.family == fam and p.threads == r.threads and p.metric()]
             if peers:
                 best = min(peers, key=lambda p: p.metric())

@@ -2,8 +2,8 @@
 
 Ratio columns: "vs float32" is our float32's figure divided by the row's (a speed-up: >1 is faster);
 "vs best peer" is the row's figure divided by the best peer of the same precision family at the same
-thread count (<=1: at or below the best peer). Bitserial rows compare with binary peers (LCE) when
-there are any, else with float peers. Under --emulate, the figure is aarch64 instructions per
+thread count (<=1: at or below the best peer). w1a1 compares with binary peers (LCE) when there
+are any, the other bitserial variants with float peers (the issue's goals). Under --emulate, the figure is aarch64 instructions per
 inference (deterministic), not milliseconds.
 """
 from __future__ import annotations
