@@ -95,3 +95,16 @@ def test_unknown_format(tmp_path):
     f.write_bytes(b"x")
     with pytest.raises(ModelError, match="unknown model format '.pb'"):
         load_model_file(f)
+
+
+def test_unsupported_onnx_op_names_file_and_op(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["input"], ["r"]), helper.make_node("LpNormalization", ["r"], ["out"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 3, 8, 8])])
+    path = tmp_path / "lpnorm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with pytest.raises(ModelError, match=r"lpnorm.onnx: unsupported model content: .*LpNormalization"):
+        load_model_file(path)

@@ -68,8 +68,12 @@ def reference_output(model: Model, x: np.ndarray) -> tuple[np.ndarray, str]:
 
         return run_tflite(Path(model.source), x), "litert"
     from edge_sdk.compiler.reference import evaluate
+    from edge_sdk.errors import ModelError
 
-    return evaluate(model.mod, x), "numpy"
+    try:
+        return evaluate(model.mod, x), "numpy"
+    except ModelError as e:
+        raise ModelError(f"{model.source}: {e}") from e
 
 
 def lower_float(model: Model, variant: Variant, target: Target, *, progress, seed: int) -> Lowered:

@@ -110,6 +110,12 @@ def _eval_call(call, args):
         return args[0].mean(axis=tuple(_ints(a.axis)), keepdims=bool(a.keepdims))
     if op == "relax.matmul":
         return args[0] @ args[1]
+    if op == "relax.nn.batch_norm":  # inference: moving statistics; returns (y, mean, var) like Relax
+        x, gamma, beta, mean, var = args[:5]
+        shape = [1] * x.ndim
+        shape[int(a.axis)] = -1
+        scale = (gamma / np.sqrt(var + float(a.epsilon))).reshape(shape)
+        return ((x - mean.reshape(shape)) * scale + beta.reshape(shape), mean, var)
     if op == "relax.nn.softmax":
         return _softmax(args[0], int(a.axis))
     if op in ("relax.reshape", "relax.flatten", "relax.squeeze", "relax.expand_dims", "relax.nn.batch_flatten"):
