@@ -1,74 +1,355 @@
-"""`edge-sdk demo`: the README's main job.
+"""`edge-sdk demo`: the README's main job, end to end on local stand-ins for real hardware.
 
-For now: compile MobileNetV1 float32 for this machine and for a Raspberry Pi 3, run both (the pi3 build
-under qemu as real aarch64 code), and print latency and agreement. Later issues add int8, bitserial,
-the fleet and the dashboard.
+    compile (float32, int8 when it has landed, a bitserial variant; pi3 + host; cached)
+      -> start an emulated Pi 3 (arm64 Debian + sshd under qemu) and a loopback sshd "host device"
+      -> deploy (runtime bundle, packages, golden check on the device)
+      -> upload apps/classify + sample frames, run the app ON each device over SSH
+      -> pull its JSON lines back -> results store -> dashboard HTML -> latency table
+
+Everything started is stopped in a `finally` (also on Ctrl-C and SIGTERM). Pi latencies are
+emulated (qemu-user on this machine), not a Pi's: the table says so.
 """
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import json
 import os
+import posixpath
+import signal
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from edge_sdk.errors import DeviceError, EdgeError, UsageError
+
+_REPO = Path(__file__).resolve().parent.parent
+APP_DIR = _REPO / "apps" / "classify"
+APP_FILES = ("classify.py", "sources.py", "picamera2_standin.py")
+REMOTE_APP = ".edge-sdk/apps/classify"
+REMOTE_FRAMES = ".edge-sdk/frames/demo"
+REMOTE_RESULTS = ".edge-sdk/results"
+
 
 def add_demo_parser(sub) -> None:
-    p = sub.add_parser("demo", help="compile MobileNetV1 float32 for host and pi3, run both, print latency")
-    p.add_argument("--out-dir", type=Path, help="where packages go (default $EDGE_SDK_CACHE/demo)")
-    p.add_argument("--resolution", type=int, default=224)
-    p.add_argument("--alpha", type=float, default=1.0)
-    p.add_argument("--repeat", type=int, default=10)
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("demo", help="compile, deploy to an emulated Pi 3, classify frames on it, dashboard")
+    p.add_argument("--model", default="mobilenet_v1", help="zoo model (default mobilenet_v1)")
+    p.add_argument("--alpha", type=float, default=1.0, help="width multiplier (default 1.0)")
+    p.add_argument("--resolution", type=int, default=224, help="input size (default 224)")
+    p.add_argument("--classes", type=int, default=1000)
+    p.add_argument("--bitserial", default="w1a2", help="bitserial variant to compile (default w1a2)")
+    p.add_argument("--frames", type=int, default=10, help="sample frames the app classifies (default 10)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--no-host", action="store_true", help="skip the host packages and the loopback device")
+    p.add_argument("--db", type=Path, help="results database (default: the user's results store)")
+    p.add_argument("--dashboard", type=Path, help="HTML file to write (default: next to the database)")
+    p.add_argument("--out-dir", type=Path, help="package cache (default $EDGE_SDK_CACHE/demo)")
+    p.add_argument("--json", action="store_true", help="also print the table rows as JSON")
     p.set_defaults(drive=drive_demo)
 
 
 def drive_demo(args) -> int:
     from edge_sdk.cli import _print_json
+    from edge_sdk.results.store import default_db_path
 
-    out = args.out_dir or Path(os.environ.get("EDGE_SDK_CACHE", Path.home() / ".cache/edge-sdk")) / "demo"
-    rows = run_demo(out_dir=out, alpha=args.alpha, resolution=args.resolution, repeat=args.repeat)
+    if args.frames < 1 or args.threads < 1:
+        raise UsageError("--frames and --threads must be at least 1")
+    db = args.db or default_db_path()
+    cache = Path(os.environ.get("EDGE_SDK_CACHE") or Path.home() / ".cache/edge-sdk")
+    old = signal.signal(signal.SIGTERM, _sigterm)  # so `finally` stops the devices on kill too
+    try:
+        report = run_demo(model=args.model, alpha=args.alpha, resolution=args.resolution, classes=args.classes,
+                          bitserial=args.bitserial, frames=args.frames, threads=args.threads,
+                          host=not args.no_host, db=db, dashboard=args.dashboard or db.with_name("dashboard.html"),
+                          out_dir=args.out_dir or cache / "demo")
+    finally:
+        signal.signal(signal.SIGTERM, old)
     if args.json:
-        _print_json(rows)
-    return 0 if all(r["golden_ok"] for r in rows) else 7
+        _print_json(report.rows)
+    return 0 if report.ok else 7
 
 
-def run_demo(*, out_dir: Path, alpha: float, resolution: int, repeat: int) -> list[dict]:
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@dataclass
+class DemoReport:
+    rows: list[dict]
+    dashboard: Path
+    db: Path
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.rows) and all(r["golden_ok"] and r["frames"] > 0 for r in self.rows)
+
+
+def run_demo(*, model: str, alpha: float, resolution: int, classes: int, bitserial: str, frames: int,
+             threads: int, host: bool, db: Path, dashboard: Path, out_dir: Path) -> DemoReport:
+    """The whole demo; returns the table rows. Devices started here are stopped before it returns."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    t0 = time.monotonic()
+    say = console.log
+    size = "full size" if (alpha, resolution) == (1.0, 224) else "reduced size: the Pi is emulated on this machine's cores"
+    say(f"demo: {model} alpha {alpha}, {resolution}x{resolution}, {classes} classes ({size})")
+    notes: list[str] = []
+    targets = ["pi3", *(["host"] if host else [])]
+    pkgs = compile_variants(model=model, alpha=alpha, resolution=resolution, classes=classes, bitserial=bitserial,
+                            targets=targets, out_dir=out_dir, say=say, notes=notes)
+    rows = []
+    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="edge-sdk-demo-") as tmp:
+        frames_dir = write_sample_frames(Path(tmp) / "frames", n=frames, size=(resolution * 2, resolution * 3 // 2))
+        for target in targets:
+            fleet, kind = start_device(target, stack=stack, say=say)
+            rows += run_on_device(fleet, kind=kind, packages=pkgs[target], frames_dir=frames_dir, frames=frames,
+                                  threads=threads, local=Path(tmp), db=db, say=say)
+    from edge_sdk.dashboard.page import export_html
+    from edge_sdk.results.store import ResultsStore
+
+    with ResultsStore(db) as store:
+        export_html(store, dashboard)
+    report = DemoReport(rows, dashboard, db, time.monotonic() - t0, notes)
+    print_table(report, model=model, alpha=alpha, resolution=resolution, threads=threads)
+    return report
+
+
+# ---- compile ---------------------------------------------------------------------------------
+
+def compile_variants(*, model: str, alpha: float, resolution: int, classes: int, bitserial: str,
+                     targets: list[str], out_dir: Path, say, notes: list[str]) -> dict[str, list[Path]]:
+    """target -> packages; a variant that has not landed or does not compile for this model is skipped with a note."""
+    from edge_sdk.compiler.build import compile_model
+    from edge_sdk.models.zoo import build_zoo_model
+    from edge_sdk.targets import get_target
+    from edge_sdk.variants import VARIANTS, get_variant
+
+    if bitserial not in VARIANTS or VARIANTS[bitserial].family != "bitserial":
+        raise UsageError(f"--bitserial {bitserial}: not a bitserial variant "
+                         f"({', '.join(n for n, v in VARIANTS.items() if v.family == 'bitserial')})")
+    variants = ["float32"]
+    if VARIANTS["int8"].available:
+        variants.append("int8")
+    else:
+        notes.append("int8: not available in this version yet (edge_sdk.variants); skipped")
+        say(f"note: {notes[-1]}")
+    variants.append(bitserial)
+    zoo = build_zoo_model(model, alpha=alpha, resolution=resolution, classes=classes, seed=0)
+    key = _compiler_key()
+    out: dict[str, list[Path]] = {t: [] for t in targets}
+    for variant in variants:
+        for target in targets:
+            pkg = out_dir / f"{model}_{alpha}_{resolution}_{classes}_{variant}_{target}-{key}.edgepkg"
+            if pkg.is_file():
+                say(f"cached: {pkg.name}")
+                out[target].append(pkg)
+                continue
+            t1 = time.monotonic()
+            try:
+                compile_model(zoo, variant=get_variant(variant), target=get_target(target), out=pkg)
+            except EdgeError as e:
+                if variant == "float32":
+                    raise
+                notes.append(f"{variant} for {target}: does not compile for {model} here ({e}); skipped")
+                say(f"note: {notes[-1]}")
+                continue
+            say(f"compiled {variant} for {target} in {time.monotonic() - t1:.0f} s: {pkg.name}")
+            out[target].append(pkg)
+    return out
+
+
+def _compiler_key() -> str:
+    """Packages are reused while the compiler, zoo, quantizers and the TVM version are unchanged."""
+    import tvm
+
+    h = hashlib.sha256(tvm.__version__.encode())
+    pkg = Path(__file__).resolve().parent
+    for sub in ("compiler", "models", "quant"):
+        for p in sorted((pkg / sub).rglob("*.py")):
+            h.update(p.relative_to(pkg).as_posix().encode() + p.read_bytes())
+    for name in ("package.py", "targets.py", "variants.py"):
+        h.update((pkg / name).read_bytes())
+    return h.hexdigest()[:10]
+
+
+def write_sample_frames(folder: Path, *, n: int, size: tuple[int, int]) -> Path:
+    """n camera-like frames as PPM (readable on the device with numpy alone), larger than the model input."""
+    sys.path.insert(0, str(APP_DIR))
+    try:
+        from picamera2_standin import scene
+        from sources import write_ppm
+    finally:
+        sys.path.remove(str(APP_DIR))
+    folder.mkdir(parents=True)
+    for i in range(n):
+        write_ppm(folder / f"frame{i:03d}.ppm", scene(size[1], size[0], i * 3))
+    return folder
+
+
+# ---- devices ---------------------------------------------------------------------------------
+
+def _device_images(script: str):
+    name = f"edge_sdk_{script}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, _REPO / "device_images" / f"{script}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def start_device(target: str, *, stack: ExitStack, say):
+    """An emulated Pi for pi3 packages, a loopback sshd device for host ones; stopped by `stack`."""
+    if os.geteuid() != 0:
+        raise DeviceError("the demo starts an emulated Pi and a loopback sshd, which need root",
+                          hint="run it as root (tools/setup.sh sets the machine up)")
+    root = tempfile.mkdtemp(prefix=f"edge-sdk-demo-{target}-")
+    if target == "pi3":
+        mod = _device_images("emulated_pi")
+        if not (mod.rootfs_dir() / ".edge-sdk-rootfs").exists():
+            say("building the emulated Pi's arm64 root filesystem once (debootstrap, ~4 min)")
+        try:
+            t1 = time.monotonic()
+            fleet = mod.EmulatedFleet.start(1, root, trust=True)
+        except mod.EmulatedError as e:
+            raise DeviceError(f"cannot start the emulated Pi: {e}") from None
+        kind = "emulated Pi 3 (arm64 Debian, qemu cortex-a53)"
+    else:
+        mod = _device_images("loopback_fleet")
+        try:
+            t1 = time.monotonic()
+            fleet = mod.LoopbackFleet.start(1, root, trust=True)
+        except mod.LoopbackError as e:
+            raise DeviceError(f"cannot start the loopback device: {e}") from None
+        kind = "this machine over loopback sshd (native)"
+    stack.callback(_stop, fleet, say)
+    say(f"started {kind} in {time.monotonic() - t1:.1f} s")
+    return fleet, kind
+
+
+def _stop(fleet, say) -> None:
+    try:
+        fleet.stop()
+        say(f"stopped {', '.join(d.name for d in fleet.devices)}")
+    except Exception as e:  # noqa: BLE001 - a failed stop must not hide the demo's own error; it is reported
+        say(f"[red]could not stop the devices in {fleet.root} cleanly: {e}[/red]")
+
+
+def run_on_device(fleet, *, kind: str, packages: list[Path], frames_dir: Path, frames: int, threads: int,
+                  local: Path, db: Path, say) -> list[dict]:
+    """Deploy, run the classify app there on the frames, pull its JSON lines, record one run per variant."""
+    from edge_sdk.fleet.config import load_fleet
+    from edge_sdk.fleet.deploy import LocalPackage, deploy
+    from edge_sdk.fleet.ssh import Connection
+
+    device = load_fleet(fleet.fleet_yaml).select()[0]
+    known_hosts = fleet.root / "known_hosts"
+    local_pkgs = [LocalPackage.load(p) for p in packages]
+    t1 = time.monotonic()
+    result = deploy([device], local_pkgs, known_hosts=known_hosts)
+    result.raise_if_failed("deploy")
+    dep = result[0].value
+    say(f"{device.name}: deployed {len(local_pkgs)} packages in {time.monotonic() - t1:.0f} s "
+        f"(runtime {dep.runtime}; golden checks on the device: "
+        f"{', '.join(p.name + ' ok' if p.golden is None or p.golden.get('ok') else p.name + ' FAILED' for p in dep.packages)})")
+    from edge_sdk.package import read_manifest
+
+    model = read_manifest(packages[0])["model"]["name"]
+    remote_out = posixpath.join(REMOTE_RESULTS, f"demo-{int(time.time())}.jsonl")
+    with Connection(device, known_hosts=known_hosts) as conn:
+        if conn.run(["python3", "-c", "import numpy"], check=False, timeout=300).exit_code != 0:
+            raise DeviceError(f"device {device}: python3 with numpy is needed for the classify app",
+                              hint="apt-get install python3 python3-numpy (on the device)")
+        conn.run(["mkdir", "-p", REMOTE_APP, REMOTE_FRAMES, REMOTE_RESULTS])
+        for name in APP_FILES:
+            conn.put(APP_DIR / name, posixpath.join(REMOTE_APP, name))
+        for f in sorted(frames_dir.iterdir()):
+            conn.put(f, posixpath.join(REMOTE_FRAMES, f.name))
+        say(f"{device.name}: running apps/classify on {frames} frames with "
+            f"{', '.join(read_manifest(p)['variant'] for p in packages)}")
+        t1 = time.monotonic()
+        r = conn.run(["python3", posixpath.join(REMOTE_APP, "classify.py"), "--model", model, "--source", REMOTE_FRAMES,
+                      "--max-frames", str(frames), "--threads", str(threads), "--top-k", "5", "--out", remote_out],
+                     check=False, timeout=3600)
+        if r.exit_code != 0:
+            raise DeviceError(f"device {device}: the classify app failed (exit {r.exit_code}): {r.stderr[-1500:]}")
+        for line in r.stdout.splitlines()[:3]:
+            say(f"{device.name}| {line}")
+        say(f"{device.name}: app done in {time.monotonic() - t1:.0f} s; pulling {remote_out}")
+        lines = local / f"{device.name}.jsonl"
+        conn.get(remote_out, lines)
+    return record(lines, device=device.name, kind=kind, packages=local_pkgs, deploy_report=dep, threads=threads,
+                  db=db, emulated=fleet.__class__.__name__ == "EmulatedFleet")
+
+
+def record(lines: Path, *, device: str, kind: str, packages, deploy_report, threads: int, db: Path,
+           emulated: bool) -> list[dict]:
+    """One results-store run per variant from the app's JSON lines; returns the table rows."""
+    from edge_sdk.package import read_manifest
+    from edge_sdk.results.store import ResultsStore
+
+    by_variant: dict[str, list[dict]] = {}
+    for line in lines.read_text().splitlines():
+        row = json.loads(line)
+        by_variant.setdefault(row["variant"], []).append(row)
+    golden = {p.sha256: p.golden or {} for p in deploy_report.packages}
+    rows = []
+    with ResultsStore(db) as store:
+        for pkg in packages:
+            manifest = read_manifest(pkg.path)
+            got = by_variant.get(manifest["variant"], [])
+            lat = np.asarray([g["latency_ms"] for g in got] or [np.nan])
+            agree = [g["agrees_with_float"] for g in got if g["agrees_with_float"] is not None]
+            gold = golden.get(pkg.sha256, {})
+            run_json = {
+                "model": manifest["model"]["name"], "variant": manifest["variant"], "target": manifest["target"]["name"],
+                "threads": threads, "emulated": emulated, "repeats": len(got),
+                "latency_ms": {"median": float(np.median(lat)), "min": float(lat.min()), "max": float(lat.max()),
+                               "p10": float(np.percentile(lat, 10)), "p90": float(np.percentile(lat, 90))},
+                "golden": {"ok": bool(gold.get("ok")), "max_abs_err": gold.get("max_abs_err")},
+                "versions": manifest.get("versions"),
+            }
+            extra = {"source": "classify", "package_sha256": pkg.sha256, "frames": len(got),
+                     "top1_agreement_with_float": (sum(agree) / len(agree)) if agree else None}
+            run_id = store.record_run(run_json, manifest, device=device, extra=extra)
+            rows.append({"device": device, "how": kind, "target": run_json["target"], "variant": run_json["variant"],
+                         "frames": len(got), "median_ms": round(run_json["latency_ms"]["median"], 2),
+                         "p10_ms": round(run_json["latency_ms"]["p10"], 2),
+                         "p90_ms": round(run_json["latency_ms"]["p90"], 2),
+                         "agreement": extra["top1_agreement_with_float"], "golden_ok": run_json["golden"]["ok"],
+                         "run_id": run_id})
+    return rows
+
+
+# ---- output ----------------------------------------------------------------------------------
+
+def print_table(report: DemoReport, *, model: str, alpha: float, resolution: int, threads: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from edge_sdk.compiler.build import compile_model
-    from edge_sdk.models.zoo import build_zoo_model
-    from edge_sdk.run import run_package
-    from edge_sdk.targets import get_target
-    from edge_sdk.variants import get_variant
-
-    console = Console(stderr=True)
-    model = build_zoo_model("mobilenet_v1", alpha=alpha, resolution=resolution)
-    rows, outputs = [], {}
-    for tname in ("host", "pi3"):
-        target = get_target(tname)
-        pkg = out_dir / f"mobilenet_v1_{alpha}_{resolution}_float32_{tname}.edgepkg"
-        with console.status(f"compiling {model.name} float32 for {tname}") as status:
-            res = compile_model(model, variant=get_variant("float32"), target=target, out=pkg,
-                                progress=lambda m, s=status, t=tname: s.update(f"{t}: {m}"))
-        console.log(f"compiled {res}")
-        reps = repeat if tname == "host" else max(1, repeat // 5)
-        with console.status(f"running {pkg.name}" + (" under qemu (slow)" if tname != "host" else "")):
-            run = run_package(pkg, repeat=reps, threads=1)
-        outputs[tname] = run.output
-        rows.append({"target": tname, "emulated": run.emulated, "compile_s": round(sum(res.seconds.values()), 1),
-                     "median_ms": round(run.median_ms, 2), "golden_ok": run.golden_ok,
-                     "top1": run.top_k[0][0], "package": str(pkg)})
-    diff = float(np.abs(outputs["host"] - outputs["pi3"]).max())
-    t = Table(title=f"MobileNetV1 (alpha {alpha}, {resolution}x{resolution}) float32, 1 thread")
-    for col in ("target", "how it ran", "compile s", "median ms", "golden", "top-1"):
-        t.add_column(col)
-    for r in rows:
-        how = "qemu-aarch64 -cpu cortex-a53 (emulated, not Pi time)" if r["emulated"] else "native"
-        t.add_row(r["target"], how, str(r["compile_s"]), str(r["median_ms"]), "ok" if r["golden_ok"] else "FAILED",
-                  str(r["top1"]))
-    Console().print(t)
-    print(f"host vs pi3 outputs: max abs difference {diff:.2e}")
-    for r in rows:
-        r["host_vs_pi3_max_abs"] = diff
-    return rows
+    t = Table(title=f"{model} (alpha {alpha}, {resolution}x{resolution}), apps/classify on the device, "
+                    f"{threads} thread(s); Pi latencies are emulated (qemu), not a Pi's")
+    for col in ("device", "target", "variant", "frames", "median ms", "p10-p90 ms", "speedup", "top-1 agrees",
+                "golden"):
+        t.add_column(col, justify="right" if col not in ("device", "target", "variant") else "left")
+    floats = {(r["device"], r["target"]): r["median_ms"] for r in report.rows if r["variant"] == "float32"}
+    for r in report.rows:
+        base = floats.get((r["device"], r["target"]))
+        speed = f"{base / r['median_ms']:.2f}x" if base and r["median_ms"] else "-"
+        agree = "-" if r["agreement"] is None else f"{r['agreement']:.0%}"
+        t.add_row(r["device"], r["target"], r["variant"], str(r["frames"]), f"{r['median_ms']:.2f}",
+                  f"{r['p10_ms']:.2f}-{r['p90_ms']:.2f}", speed, agree, "ok" if r["golden_ok"] else "FAILED")
+    console = Console(width=None if sys.stdout.isatty() else 130)
+    console.print(t)
+    for note in report.notes:
+        console.print(f"note: {note}")
+    console.print(f"results: {report.db}\ndashboard: {report.dashboard}\n"
+                  f"demo wall time: {report.seconds / 60:.1f} min")

@@ -156,7 +156,7 @@ def _classify(args, out, load) -> dict[str, deque]:
             if not args.quiet:
                 print(f"frame {i} ({frame}): " + " | ".join(
                     f"{r['variant']} {r['latency_ms']:.1f} ms " + ", ".join(
-                        f"{t['label'] or t['class']} {t['score']:.2f}" for t in r["top_k"][:3]) for r in rows),
+                        f"{t['label'] or t['class']} {t['score']:.3g}" for t in r["top_k"][:3]) for r in rows),
                     flush=True)
     return lat
 

@@ -1,0 +1,62 @@
+"""`edge-sdk demo`, reduced (tiny MobileNetV1, 3 frames): compile, emulated Pi + loopback device,
+deploy, the classify app on the devices over SSH, results store, dashboard, table; nothing left running.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from edge_sdk.cli import main
+
+pytestmark = [pytest.mark.qemu, pytest.mark.slow]
+
+
+def _netns() -> set[str]:
+    return set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+
+
+def test_reduced_demo_end_to_end(tmp_path, capsys):
+    if os.geteuid() != 0:
+        pytest.skip("the demo starts an emulated Pi and a loopback sshd (root)")
+    from edge_sdk.demo import _device_images
+
+    try:
+        _device_images("emulated_pi").check_host()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    db, html = tmp_path / "results.sqlite", tmp_path / "dash.html"
+    before = _netns()
+    rc = main(["demo", "--alpha", "0.25", "--resolution", "64", "--classes", "10", "--frames", "3",
+               "--db", str(db), "--dashboard", str(html), "--out-dir", str(tmp_path / "pkgs"), "--json"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = json.loads(out[out.index("[\n"):])
+    got = {(r["device"], r["target"], r["variant"]) for r in rows}
+    assert got == {("pi1", "pi3", "float32"), ("pi1", "pi3", "w1a2"), ("loop1", "host", "float32"),
+                   ("loop1", "host", "w1a2")}
+    assert all(r["frames"] == 3 and r["golden_ok"] and r["median_ms"] > 0 for r in rows)
+    assert all(r["agreement"] == 1.0 for r in rows if r["variant"] == "float32")
+    for r in rows:  # the printed table has a row per device and variant
+        assert any(r["device"] in line and r["variant"] in line and f"{r['median_ms']:.2f}" in line
+                   for line in out.splitlines()), r
+    assert "emulated (qemu)" in out and str(html) in out
+
+    with sqlite3.connect(db) as con:
+        runs = con.execute("SELECT r.device, r.target, r.variant, r.emulated, r.source, m.repeats, "
+                           "m.latency_median_ms, m.golden_ok FROM runs r JOIN measurements m ON m.run_id = r.id "
+                           "ORDER BY r.id").fetchall()
+    assert {(d, t, v) for d, t, v, *_ in runs} == got and len(runs) == 4
+    for d, t, v, emulated, source, repeats, median, golden in runs:
+        assert emulated == (t == "pi3") and source == "classify" and repeats == 3 and golden == 1
+        assert median == pytest.approx(next(r["median_ms"] for r in rows if (r["device"], r["variant"]) == (d, v)),
+                                       abs=0.006)
+
+    page = html.read_text()
+    assert page.lstrip().lower().startswith("<!doctype html") and "mobilenet_v1" in page and "w1a2" in page
+    assert _netns() == before  # the emulated Pi's namespace is gone
+    assert not any("edge-sdk-demo-" in line for line in Path("/proc/self/mountinfo").read_text().splitlines())
