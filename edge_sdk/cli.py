@@ -215,12 +215,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (add_compile_parser, add_inspect_parser, add_run_parser, add_list_parser):
         add(sub)
+    from edge_sdk.bench.bench import add_bench_parser
     from edge_sdk.dashboard import add_dashboard_parser
     from edge_sdk.demo import add_demo_parser
     from edge_sdk.fleet.cli import add_deploy_parser, add_fleet_parser
     from edge_sdk.results import add_results_parser
 
-    for add in (add_deploy_parser, add_fleet_parser, add_demo_parser, add_results_parser, add_dashboard_parser):
+    for add in (add_bench_parser, add_deploy_parser, add_fleet_parser, add_demo_parser, add_results_parser,
+                add_dashboard_parser):
         add(sub)
     return parser
 
