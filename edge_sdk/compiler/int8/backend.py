@@ -1,0 +1,169 @@
+"""Full-int8 .tflite -> Relax VM executable of integer kernels, with the same export/runner path as float.
+
+    compile_int8(path, target) -> (executable, params, input_spec)
+    lower_int8(model, variant, target, *, progress, seed) -> build.Lowered   (compile_model's int8 backend)
+
+Each op of the Int8Graph (edge_sdk.models.tflite_int8) becomes one call_tir to a PrimFunc we
+scheduled (kernels.py for conv/depthwise/dense with the requantize fused in; glue.py for the rest);
+reshape/squeeze/concat stay Relax ops (TVM legalizes them: pure data movement). Weights, biases and
+requantization constants are relax constants, lifted into params p0000... by lower.lift_params.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from edge_sdk.compiler.int8 import glue, kernels
+from edge_sdk.compiler.lower import lift_params
+from edge_sdk.compiler.ops.common import simd_of
+from edge_sdk.errors import CompileError, ModelError
+from edge_sdk.models.tflite_int8 import Int8Graph, add_params, conv_params, op_act, read_int8_tflite
+
+
+def _kernel_for(g: Int8Graph, op, simd, name: str):
+    """The scheduled Kernel for one op, or None for ops that stay Relax data movement."""
+    t_in = g.tensors[op.inputs[0]]
+    t_out = g.tensors[op.outputs[0]]
+    o, xs = op.opts, t_in.shape
+    if op.kind == "CONV_2D":
+        p = conv_params(g, op)
+        return kernels.conv2d(xs, p["w"], p["bias"], in_zp=p["in_zp"], mult=p["multiplier"], shift=p["shift"],
+                              out_zp=p["out_zp"], act=p["act"], stride=o["stride"], dilation=o["dilation"],
+                              padding=o["padding"], simd=simd, name=name)
+    if op.kind == "DEPTHWISE_CONV_2D":
+        p = conv_params(g, op)
+        return kernels.depthwise(xs, p["w"], p["bias"], in_zp=p["in_zp"], mult=p["multiplier"], shift=p["shift"],
+                                 out_zp=p["out_zp"], act=p["act"], stride=o["stride"], padding=o["padding"],
+                                 depth_multiplier=t_out.shape[-1] // xs[-1], simd=simd, name=name)
+    if op.kind == "FULLY_CONNECTED":
+        p = conv_params(g, op)
+        k = p["w"].shape[1]
+        return kernels.dense(int(np.prod(xs)) // k, p["w"], p["bias"], in_zp=p["in_zp"], mult=p["multiplier"],
+                             shift=p["shift"], out_zp=p["out_zp"], act=p["act"], simd=simd, name=name)
+    if op.kind == "ADD":
+        if g.tensors[op.inputs[1]].shape != xs:
+            raise ModelError(f"{g.path}: op {op.index} (ADD): broadcasting add {list(xs)} + "
+                             f"{list(g.tensors[op.inputs[1]].shape)} is not supported")
+        return glue.add(xs, add_params(g, op), op_act(g, op), name=name)
+    if op.kind in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
+        return glue.pool(xs, kind=op.kind, kh=o["filter"][0], kw=o["filter"][1], stride=o["stride"],
+                         padding=o["padding"], act=op_act(g, op), name=name)
+    if op.kind == "MEAN":
+        axes = sorted({int(a) % len(xs) for a in np.asarray(g.tensors[op.inputs[1]].data).reshape(-1)})
+        keep = tuple(1 if d in axes else s for d, s in enumerate(xs))
+        return glue.mean(xs, axes, keep, in_zp=t_in.q.z, out_zp=t_out.q.z, in_scale=t_in.q.s,
+                         out_scale=t_out.q.s, name=name)
+    if op.kind in ("PAD", "PADV2"):
+        value = t_out.q.z
+        if op.kind == "PADV2" and len(op.inputs) > 2:
+            value = int(np.asarray(g.tensors[op.inputs[2]].data).reshape(-1)[0])
+        return glue.pad(xs, g.tensors[op.inputs[1]].data, value, name=name)
+    if op.kind == "SOFTMAX":
+        return glue.softmax(xs, beta=o["beta"], in_scale=t_in.q.s, name=name)
+    if op.kind == "LOGISTIC":
+        from edge_sdk.quant.int8 import logistic_table
+
+        return glue.logistic(xs, logistic_table(t_in.q.s, t_in.q.z, t_out.q.s, t_out.q.z), name=name)
+    if op.kind == "QUANTIZE":
+        if t_in.dtype == "float32":
+            return glue.quantize(xs, scale=t_out.q.s, zero_point=t_out.q.z, name=name)
+        return glue.requantize(xs, in_zp=t_in.q.z, out_zp=t_out.q.z, in_scale=t_in.q.s, out_scale=t_out.q.s,
+                               name=name)
+    if op.kind == "DEQUANTIZE":
+        return glue.dequantize(xs, scale=t_in.q.s, zero_point=t_in.q.z, name=name)
+    return None
+
+
+def build_relax(g: Int8Graph, target: tvm.target.Target) -> tuple[tvm.IRModule, dict[str, int]]:
+    """The Relax module: main(x) = chain of call_tir to scheduled integer kernels; counts per op kind."""
+    simd = simd_of(target)
+    t_in = g.tensors[g.inputs[0]]
+    x = relax.Var("input", relax.TensorType(t_in.shape, t_in.dtype))
+    bb = relax.BlockBuilder()
+    counts: dict[str, int] = {}
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            env = {g.inputs[0]: x}
+            for op in g.ops:
+                t_out = g.tensors[op.outputs[0]]
+                counts[op.kind] = counts.get(op.kind, 0) + 1
+                name = f"{op.kind.lower()}_{op.index}"
+                k = _kernel_for(g, op, simd, name)
+                if k is not None:
+                    gv = bb.add_func(k.func, name)
+                    args = [env[i] for i in op.inputs[:2 if op.kind == "ADD" else 1]]
+                    args += [relax.const(c) for c in k.consts]
+                    val = bb.emit(relax.call_tir(gv, args, relax.TensorType(k.out_shape, k.out_dtype)))
+                    if tuple(k.out_shape) != tuple(t_out.shape):
+                        val = bb.emit(relax.op.reshape(val, t_out.shape))
+                elif op.kind in ("RESHAPE", "SQUEEZE"):
+                    val = bb.emit(relax.op.reshape(env[op.inputs[0]], t_out.shape))
+                elif op.kind == "CONCATENATION":
+                    val = bb.emit(relax.op.concat([env[i] for i in op.inputs], axis=op.opts["axis"]))
+                    lo, hi = op_act(g, op)
+                    if (lo, hi) != (-128, 127):
+                        val = bb.emit(relax.op.clip(val, lo, hi))
+                else:  # pragma: no cover - read_int8_tflite validated the op list
+                    raise ModelError(f"{g.path}: op {op.index} ({op.kind}) has no int8 kernel")
+                env[op.outputs[0]] = val
+            out = bb.emit_output(env[g.outputs[0]])
+        bb.emit_func_output(out)
+    return bb.get(), counts
+
+
+def compile_int8(path: Path, target, *, progress=None):
+    """Compile a full-int8 .tflite for an edge_sdk Target.
+
+    Returns (executable, params, input_spec): "main" takes (input, p0000, p0001, ...); input_spec is
+    Int8Graph.input_spec() (shape, dtype and, for int8 inputs, scale/zero point for the manifest).
+    """
+    say = progress or (lambda _msg: None)
+    g = read_int8_tflite(Path(path))
+    tvm_target = target.tvm_target()
+    t0 = time.perf_counter()
+    try:
+        with tvm_target:
+            mod, counts = build_relax(g, tvm_target)
+            say("int8 kernels: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())))
+            mod = tvm.transform.Sequential([relax.transform.LegalizeOps(),
+                                            relax.transform.DeadCodeElimination(["main"])])(mod)
+            mod, params = lift_params(mod)
+        from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+        finish = tvm.transform.Sequential(cpu.dataflow_lower_passes(tvm_target) + cpu.finalize_passes(tvm_target))
+        ex = tvm.compile(mod, target=tvm_target, relax_pipeline=finish)
+    except (RuntimeError, ValueError) as err:  # TVM raises RuntimeError subclasses
+        raise CompileError(f"{path}: compiling int8 for target '{target.name}' failed: {err}") from err
+    say(f"compiled int8 for {target.name} in {time.perf_counter() - t0:.1f} s")
+    return ex, params, g.input_spec()
+
+
+def example_input(g: Int8Graph, *, seed: int = 0) -> np.ndarray:
+    """A seeded input of the model's dtype: int8 over the full range, or float32 ~ N(0, 1)."""
+    t = g.tensors[g.inputs[0]]
+    rng = np.random.default_rng(seed)
+    if t.dtype == "int8":
+        return rng.integers(-128, 128, t.shape, dtype=np.int8)
+    return rng.uniform(-1.0, 1.0, t.shape).astype(np.float32)
+
+
+def lower_int8(model, variant, target, *, progress, seed: int):
+    """compile_model's backend for variant family "int8": model.source must be a full-int8 .tflite."""
+    from edge_sdk.compiler.build import Lowered
+    from edge_sdk.runtime.litert import run_tflite
+
+    src = Path(model.source)
+    if src.suffix != ".tflite":
+        raise ModelError(f"{model.source}: the int8 variant compiles full-integer .tflite files; post-training "
+                         "quantization of float models is not implemented yet")
+    g = read_int8_tflite(src)
+    x = example_input(g, seed=seed)
+    golden = run_tflite(src, x, reference_kernels=True)
+    progress("golden output from LiteRT reference kernels (XNNPACK off); compiling integer kernels")
+    ex, params, spec = compile_int8(src, target, progress=progress)
+    return Lowered(ex, params, x, golden, "litert-builtin-ref", input_quantization=spec["quantization"],
+                   extra={"output_quantization": g.output_spec()["quantization"]}, rtol=0.0, atol=0.0)

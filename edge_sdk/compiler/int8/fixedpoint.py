@@ -1,0 +1,71 @@
+"""TE/TIR expressions of TFLite's fixed-point requantization, mirroring edge_sdk.quant.int8 line by line.
+
+Why a second copy: the numpy versions run on arrays at compile time and in tests; these build the
+integer expressions that go into the compiled kernels' epilogues. Everything is int64 arithmetic on
+int32 quantities (shifts, ands, selects): no floating point, so the result is the same bits as TFLite
+on every target. The tests compare the compiled kernels with the numpy reference, which is compared
+with TFLite.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def i64(v) -> tvm.tirx.PrimExpr:
+    return tirx.const(int(v), "int64") if isinstance(v, int) else v.astype("int64")
+
+
+def sel(cond, a, b):
+    return tirx.Select(cond, i64(a), i64(b))
+
+
+def trunc_div_pot(v, bits: int):
+    """C division by 2**bits (toward zero)."""
+    return sel(v >= i64(0), v >> i64(bits), -((-v) >> i64(bits)))
+
+
+def srdhm(a, b, *, may_saturate: bool = False):
+    """SaturatingRoundingDoublingHighMul; may_saturate=True adds the INT32_MIN * INT32_MIN case, which
+    cannot occur when either operand is a positive multiplier (every use in our kernels)."""
+    a, b = i64(a), i64(b)
+    ab = a * b
+    # nudge = ab >= 0 ? 2^30 : 1 - 2^30, and C's truncating division, both branch-free: each operand
+    # appears twice, not four times, which keeps nested requantizations small for TVM's simplifier.
+    v = ab + i64(1 << 30) - ((ab >> i64(63)) & i64(0x7FFFFFFF))
+    out = (v + ((v >> i64(63)) & i64(0x7FFFFFFF))) >> i64(31)
+    if may_saturate:
+        out = sel(tirx.all(a == b, a == i64(INT32_MIN)), INT32_MAX, out)
+    return out
+
+
+def rounding_divide_by_pot(x, exponent):
+    """RoundingDivideByPOT; exponent an int or an int64 expression in [0, 31]."""
+    x, e = i64(x), i64(exponent)
+    mask = (i64(1) << e) - i64(1)
+    threshold = (mask >> i64(1)) + ((x >> i64(63)) & i64(1))
+    return (x >> e) + ((x & mask) > threshold).astype("int64")
+
+
+def mbqm(x, multiplier, left_shift, right_shift):
+    """MultiplyByQuantizedMultiplier with the shift split into its left (>= 0) and right (>= 0) parts."""
+    return rounding_divide_by_pot(srdhm(i64(x) << i64(left_shift), multiplier, may_saturate=False), right_shift)
+
+
+def sat_mul_pot(x, exponent: int):
+    """SaturatingRoundingMultiplyByPOT<exponent>."""
+    x = i64(x)
+    if exponent == 0:
+        return x
+    if exponent < 0:
+        return rounding_divide_by_pot(x, -exponent)
+    th = (1 << (31 - exponent)) - 1
+    return sel(x > i64(th), INT32_MAX, sel(x < i64(-th), INT32_MIN, x << i64(exponent)))
+
+
+def clamp_int8(v, lo: int = -128, hi: int = 127):
+    return tirx.max(tirx.min(v, i64(hi)), i64(lo)).astype("int8")
+
+

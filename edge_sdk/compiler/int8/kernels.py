@@ -1,0 +1,165 @@
+"""Integer TE kernels and their schedules: conv2d, depthwise, dense with the requantize fused in.
+
+Each builder returns a Kernel: a scheduled PrimFunc plus the constant arrays it takes after the
+activation input(s). Shared scheme (TFLite's): int8 x int8 products widened to int16 (|p| <= 2^14, so
+exact), accumulated in int32; the input zero point's cross term is folded into the int32 bias at
+compile time (bias' = bias - Z_in * sum(w)) and padding is filled with Z_in, which is the same as
+TFLite skipping the padded taps; the epilogue is the fixed-point multiply (per output channel), the
+output zero point and the activation clamp, written as int8. On aarch64 LLVM turns the widening
+multiply-accumulate into smull/smlal/sadalp (the A53 has no sdot); on x86 into pmaddwd/pmovsx.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import s_tir, te, tirx
+
+from edge_sdk.compiler.int8 import fixedpoint as fp
+from edge_sdk.compiler.ops.common import Simd, finish, largest_divisor
+
+
+@dataclass
+class Kernel:
+    func: tvm.tirx.PrimFunc
+    consts: list[np.ndarray]
+    out_shape: tuple[int, ...]
+    out_dtype: str = "int8"
+
+
+def _requant_consts(mult: np.ndarray, shift: np.ndarray) -> list[np.ndarray]:
+    shift = np.asarray(shift, np.int64)
+    return [np.asarray(mult, np.int32), np.maximum(shift, 0).astype(np.int32), np.maximum(-shift, 0).astype(np.int32)]
+
+
+def _epilogue(acc, bias, m, ls, rs, o, out_zp: int, act: tuple[int, int]):
+    v = fp.mbqm(acc + bias[o], m[o], ls[o], rs[o]) + fp.i64(out_zp)
+    return fp.clamp_int8(v, act[0], act[1])
+
+
+def _pad_int8(x, pads, value: int):
+    """NHWC pad (top, bottom, left, right) with the input zero point."""
+    n, h, w, c = (int(v) for v in x.shape)
+    pt, pb, pl, pr = pads
+    if not any(pads):
+        return x
+    return te.compute(
+        (n, h + pt + pb, w + pl + pr, c),
+        lambda a, y, z, k: tirx.if_then_else(
+            tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl), x[a, y - pt, z - pl, k],
+            tirx.const(value, "int8")), name="pad")
+
+
+def _schedule_tiled(sch, simd: Simd, *, oh: int, ow: int, oc: int, red: int, has_pad: bool):
+    """out[n, y, z, o]: parallel over rows, tile (pixels x lanes) with the int32 accumulator local."""
+    acc, out = sch.get_sblock("acc"), sch.get_sblock("out")
+    la, ly, lz, lo = sch.get_loops(out)
+    vec = largest_divisor(oc, 4 * simd.lanes)
+    zt = largest_divisor(ow, 4)
+    zo, zi = sch.split(lz, [None, zt])
+    oo, oi = sch.split(lo, [None, vec])
+    sch.reorder(la, ly, zo, oo, zi, oi)
+    sch.compute_at(acc, oo)
+    sch.set_scope(acc, 0, "local")
+    loops = sch.get_loops(acc)[4:]
+    n_sp = (zt > 1) + (vec > 1)
+    spatial, reds = loops[:n_sp], loops[n_sp:]
+    if reds:
+        sch.reorder(*reds, *spatial)
+    if vec > 1:
+        sch.vectorize(spatial[-1])
+        sch.vectorize(oi)
+    if zt > 1:
+        sch.unroll(spatial[0])
+    sch.parallel(sch.fuse(la, ly))
+    if reds and red > 1:
+        sch.decompose_reduction(acc, reds[0])
+    if has_pad:
+        pa, py, _, _ = sch.get_loops(sch.get_sblock("pad"))
+        sch.parallel(sch.fuse(pa, py))
+
+
+def conv2d(x_shape, w_ohwi: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, stride, dilation, padding,
+           simd: Simd, name: str) -> Kernel:
+    from edge_sdk.quant.int8 import _pads
+
+    n, h, w, ci = x_shape
+    co, kh, kw, _ = w_ohwi.shape
+    oh, ow, pads = _pads(x_shape, kh, kw, stride, dilation, padding)
+    w_hwio = np.ascontiguousarray(w_ohwi.transpose(1, 2, 3, 0))
+    b = (np.zeros(co, np.int64) if bias is None else bias.astype(np.int64)) \
+        - in_zp * w_ohwi.astype(np.int64).reshape(co, -1).sum(1)
+    x = te.placeholder((n, h, w, ci), "int8", name="x")
+    wt = te.placeholder(w_hwio.shape, "int8", name="w")
+    bt = te.placeholder((co,), "int32", name="bias")
+    m, ls, rs = (te.placeholder((co,), "int32", name=nm) for nm in ("mult", "lshift", "rshift"))
+    xp = _pad_int8(x, pads, in_zp)
+    ry, rx, rc = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx"), te.reduce_axis((0, ci), "rc")
+    (sh, sw), (dh, dw) = stride, dilation
+    acc = te.compute((n, oh, ow, co), lambda a, y, z, o: te.sum(
+        (xp[a, y * sh + ry * dh, z * sw + rx * dw, rc].astype("int16")
+         * wt[ry, rx, rc, o].astype("int16")).astype("int32"), axis=[ry, rx, rc]), name="acc")
+    out = te.compute((n, oh, ow, co), lambda a, y, z, o: _epilogue(acc[a, y, z, o], bt, m, ls, rs, o, out_zp, act),
+                     name="out")
+    sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, m, ls, rs, out]))
+    _schedule_tiled(sch, simd, oh=oh, ow=ow, oc=co, red=kh * kw * ci, has_pad=any(pads))
+    return Kernel(finish(sch, name), [w_hwio, b.astype(np.int32), *_requant_consts(mult, shift)], (n, oh, ow, co))
+
+
+def depthwise(x_shape, w_1hwc: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, stride, padding,
+              depth_multiplier: int, simd: Simd, name: str) -> Kernel:
+    from edge_sdk.quant.int8 import _pads
+
+    n, h, w, ci = x_shape
+    _, kh, kw, co = w_1hwc.shape
+    dm = depth_multiplier
+    oh, ow, pads = _pads(x_shape, kh, kw, stride, (1, 1), padding)
+    w_hwc = np.ascontiguousarray(w_1hwc[0])
+    b = (np.zeros(co, np.int64) if bias is None else bias.astype(np.int64)) \
+        - in_zp * w_hwc.astype(np.int64).sum((0, 1))
+    x = te.placeholder((n, h, w, ci), "int8", name="x")
+    wt = te.placeholder(w_hwc.shape, "int8", name="w")
+    bt = te.placeholder((co,), "int32", name="bias")
+    m, ls, rs = (te.placeholder((co,), "int32", name=nm) for nm in ("mult", "lshift", "rshift"))
+    xp = _pad_int8(x, pads, in_zp)
+    ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
+    sh, sw = stride
+    acc = te.compute((n, oh, ow, co), lambda a, y, z, o: te.sum(
+        (xp[a, y * sh + ry, z * sw + rx, o // dm if dm > 1 else o].astype("int16")
+         * wt[ry, rx, o].astype("int16")).astype("int32"), axis=[ry, rx]), name="acc")
+    out = te.compute((n, oh, ow, co), lambda a, y, z, o: _epilogue(acc[a, y, z, o], bt, m, ls, rs, o, out_zp, act),
+                     name="out")
+    sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, m, ls, rs, out]))
+    _schedule_tiled(sch, simd, oh=oh, ow=ow, oc=co, red=kh * kw, has_pad=any(pads))
+    return Kernel(finish(sch, name), [w_hwc, b.astype(np.int32), *_requant_consts(mult, shift)], (n, oh, ow, co))
+
+
+def dense(batch: int, w_ok: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, simd: Simd, name: str) -> Kernel:
+    co, k = w_ok.shape
+    w_ko = np.ascontiguousarray(w_ok.T)
+    b = (np.zeros(co, np.int64) if bias is None else bias.astype(np.int64)) - in_zp * w_ok.astype(np.int64).sum(1)
+    x = te.placeholder((batch, k), "int8", name="x")
+    wt = te.placeholder((k, co), "int8", name="w")
+    bt = te.placeholder((co,), "int32", name="bias")
+    m, ls, rs = (te.placeholder((co,), "int32", name=nm) for nm in ("mult", "lshift", "rshift"))
+    rk = te.reduce_axis((0, k), "rk")
+    acc = te.compute((batch, co), lambda a, o: te.sum(
+        (x[a, rk].astype("int16") * wt[rk, o].astype("int16")).astype("int32"), axis=[rk]), name="acc")
+    out = te.compute((batch, co), lambda a, o: _epilogue(acc[a, o], bt, m, ls, rs, o, out_zp, act), name="out")
+    sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, m, ls, rs, out]))
+    acc_b, out_b = sch.get_sblock("acc"), sch.get_sblock("out")
+    la, lo = sch.get_loops(out_b)
+    vec = largest_divisor(co, 4 * simd.lanes)
+    oo, oi = sch.split(lo, [None, vec])
+    sch.compute_at(acc_b, oo)
+    sch.set_scope(acc_b, 0, "local")
+    inner = sch.get_loops(acc_b)[2:]
+    lk = inner[-1]
+    if vec > 1:
+        lv = inner[0]
+        sch.reorder(lk, lv)
+        sch.vectorize(lv)
+        sch.vectorize(oi)
+    sch.decompose_reduction(acc_b, lk)
+    return Kernel(finish(sch, name), [w_ko, b.astype(np.int32), *_requant_consts(mult, shift)], (batch, co))
