@@ -16,7 +16,9 @@ Fused (two integer ops, in the conv's epilogue, then bitpack):
 
 How far apart they are: when |M| is exactly a power of two (Riptide trains with that constraint,
 "shift normalization"), fused == unfused exactly, because for integer n and integer k > 0,
-floor((n + x) / k) == floor((n + floor(x)) / k): the offset's rounding is invisible. Otherwise the
+floor((n + x) / k) == floor((n + floor(x)) / k): the offset's rounding is invisible (one exception: a
+channel with |M| * acc_bound < 1/2 gets the capped shift of derive_fused_glue, not its own, and may then
+differ by one code where acc * M + B + 1/2 falls just past an integer). Otherwise the
 only error is the scale snap, |M| vs 2^-shift (a factor within [2^-0.5, 2^0.5]), so an output moves
 by at most |acc * (M - 2^-shift)| + 1 codes; `compare_glue` measures it on real accumulators.
 """

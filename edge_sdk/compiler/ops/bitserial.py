@@ -261,7 +261,9 @@ def _schedule_int32(sch, conv, *, o: int, xt: int, cfg: CpuSchedule) -> None:
     sch.reorder(n, y, xo, fo, *red, xi, fi)
     sch.parallel(sch.fuse(n, y))
     sch.reverse_compute_at(cache, fo)
-    sch.vectorize(sch.get_loops(cache)[-1])
+    copy = sch.get_loops(cache)[3:]  # under fused(n, y), xo, fo; unit loops are dropped, so maybe none:
+    if copy:  # vectorizing fo itself (o prime, a 1x1 output) computed wrong sums (found by hypothesis)
+        sch.vectorize(copy[-1])
     sch.unroll(xi)
     sch.vectorize(fi)
     sch.decompose_reduction(conv, red[0])
