@@ -48,7 +48,7 @@ def ref_conv(x, w_hwio, strides, pad, *, groups=1):
             if groups == 1:
                 out += patch @ w_hwio[i, j].astype("float64")
             else:
-                out += patch * w_hwio[i, j, 0].astype("float64")
+                out += np.repeat(patch, co // patch.shape[3], axis=3) * w_hwio[i, j, 0].astype("float64")
     return out
 
 
@@ -132,6 +132,18 @@ def test_depthwise_matches_numpy(host, shape, k, s):
     x, w, b = rand(*shape), rand(k, k, shape[3]), rand(shape[3])
     func = depthwise_conv2d(shape, (k, k), (s, s), (pt, pl, pb, pr), simd, act=("clip", 0.0, 6.0), name="t_dw")
     ref = np.clip(ref_conv(x, w[:, :, None, :], (s, s), (pt, pl, pb, pr), groups=shape[3]) + b, 0, 6)
+    close(run_prim(func, host, x, w, b, out_shape=ref.shape), ref)
+
+
+@pytest.mark.parametrize("shape,k,s,m", [((1, 9, 7, 5), 3, 2, 2), ((1, 8, 8, 3), 3, 1, 3)])
+def test_depthwise_multiplier_matches_numpy(host, shape, k, s, m):
+    """Depth multiplier M: output channel c*M+j reads input channel c (TensorFlow's order)."""
+    simd = simd_of(host.tvm_target())
+    pt, pb = same_pad(shape[1], k, s)
+    pl, pr = same_pad(shape[2], k, s)
+    x, w, b = rand(*shape), rand(k, k, shape[3] * m), rand(shape[3] * m)
+    func = depthwise_conv2d(shape, (k, k), (s, s), (pt, pl, pb, pr), simd, multiplier=m, name="t_dwm")
+    ref = ref_conv(x, w[:, :, None, :], (s, s), (pt, pl, pb, pr), groups=shape[3]) + b
     close(run_prim(func, host, x, w, b, out_shape=ref.shape), ref)
 
 

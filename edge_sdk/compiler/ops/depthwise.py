@@ -1,10 +1,11 @@
-"""Depthwise conv2d (NHWC, channel multiplier 1), float32, epilogue fused.
+"""Depthwise conv2d (NHWC, any channel multiplier), float32, epilogue fused.
 
 Few FLOPs per byte, so the schedule is about streaming: channels innermost and vectorized, a short
 run of output pixels unrolled so each weight vector is reused from a register, rows in parallel.
 The zero padding is inlined (a guarded load per tap): a padded copy of the input cost as much as the
 convolution itself (MobileNetV1, AVX2: 1.25 ms -> 0.73 ms for all 13 layers).
-Weights come as (KH, KW, C) — the TFLite/Relax HWOI (KH, KW, C, 1) reshaped at compile time.
+Weights come as (KH, KW, C*M) — the TFLite/Relax HWIO (KH, KW, 1, C*M) reshaped at compile time;
+output channel k reads input channel k // M (TensorFlow's depth-multiplier order).
 """
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from edge_sdk.compiler.ops.common import Simd, apply_epilogue, finish, largest_d
 
 
 def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, act=("none",), residual=False,
-                     name="edge_dwconv2d") -> tvm.tirx.PrimFunc:
-    """X (N,H,W,C) * W (KH,KW,C) + bias (C,) -> act; padding = (top, left, bottom, right)."""
-    n, h, w_, c = shape
+                     multiplier=1, name="edge_dwconv2d") -> tvm.tirx.PrimFunc:
+    """X (N,H,W,C) * W (KH,KW,C*M) + bias (C*M,) -> act; padding = (top, left, bottom, right)."""
+    n, h, w_, cin = shape
+    c, m = cin * multiplier, multiplier
     kh, kw = kernel
     sh, sw = strides
     pt, pl, pb, pr = padding
@@ -29,12 +31,13 @@ def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, act=("none"
     col = (lambda z: te.min(z, ow - 1)) if owp != ow else (lambda z: z)
     x = te.placeholder(shape, "float32", name="X")
     wt = te.placeholder((kh, kw, c), "float32", name="W")
+    src = (lambda k: k) if m == 1 else (lambda k: k // m)
     b = te.placeholder((c,), "float32", name="bias")
     r = te.placeholder((n, oh, ow, c), "float32", name="R") if residual else None
     if any(padding):
         zero = tvm.tirx.const(0.0, "float32")
         xp = te.compute(
-            (n, h + pt + pb, w_ + pl + pr, c),
+            (n, h + pt + pb, w_ + pl + pr, cin),
             lambda a, y, z, k: tvm.tirx.if_then_else(
                 tvm.tirx.all(y >= pt, y < h + pt, z >= pl, z < w_ + pl), x[a, y - pt, z - pl, k], zero),
             name="pad")
@@ -44,7 +47,7 @@ def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, act=("none"
     rx = te.reduce_axis((0, kw), name="rx")
     d = te.compute(
         (n, oh, owp, c),
-        lambda a, y, z, k: te.sum(xp[a, y * sh + ry, col(z) * sw + rx, k] * wt[ry, rx, k], axis=[ry, rx]),
+        lambda a, y, z, k: te.sum(xp[a, y * sh + ry, col(z) * sw + rx, src(k)] * wt[ry, rx, k], axis=[ry, rx]),
         name="D")
     out = te.compute((n, oh, ow, c), lambda a, y, z, k: apply_epilogue(
         d[a, y, z, k], b[k], act, r[a, y, z, k] if residual else None), name="out")

@@ -227,8 +227,8 @@ class KernelRewriter(PyExprMutator):
         common = dict(x=x, shape=shape, kernel=w.shape[:2], strides=_ints(attrs.strides), pad=pad)
         if groups == 1:
             return dict(kind="conv", w=w, **common)
-        if groups == ci and w.shape[2] == 1 and w.shape[3] == ci:
-            return dict(kind="dw", w=w.reshape(w.shape[0], w.shape[1], ci), **common)
+        if groups == ci and w.shape[2] == 1 and w.shape[3] % ci == 0:  # depth multiplier w.shape[3] // ci
+            return dict(kind="dw", w=w.reshape(w.shape[0], w.shape[1], w.shape[3]), **common)
         return None
 
     def _dense_head(self, graph, call):
@@ -294,11 +294,12 @@ class KernelRewriter(PyExprMutator):
         act = chain.act
         res = self.visit_expr(chain.residual) if chain.residual is not None else None
         if kind == "dw":
+            mult = cout // head["shape"][3]
             key = ("dw", head["shape"], tuple(w.shape[:2]), tuple(head["strides"]), tuple(head["pad"]),
-                   act, res is not None)
+                   act, res is not None, mult)
             gv = self._kernel(key, lambda name: depthwise_conv2d(
                 head["shape"], w.shape[:2], head["strides"], head["pad"], self.simd, act=act,
-                residual=res is not None, name=name))
+                residual=res is not None, multiplier=mult, name=name))
             args = [x, relax.const(w), relax.const(bias)] + ([res] if res is not None else [])
             return relax.call_tir(gv, args, relax.TensorType(out_shape, "float32"))
         one_by_one = kind == "conv" and tuple(w.shape[:2]) == (1, 1) and head["strides"] == [1, 1] \
