@@ -34,7 +34,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--labels", type=Path, help="a text file with one class label per line")
 
 
-def load_model(args):
+def load_model(args, *, family: str = "float"):
+    """The Model a command names: a zoo build or a model file read for the variant family."""
     from edge_sdk.models.zoo import ZOO, build_zoo_model
 
     looks_like_file = Path(args.model).suffix in (".tflite", ".onnx") or "/" in args.model
@@ -44,7 +45,7 @@ def load_model(args):
                 raise UsageError(f"--{opt} applies to zoo models only, not to the file {args.model}")
         from edge_sdk.models.importers import load_model_file
 
-        model = load_model_file(Path(args.model))
+        model = load_model_file(Path(args.model), family=family)
     else:
         model = build_zoo_model(args.model, alpha=args.alpha, resolution=args.resolution, classes=args.classes,
                                 weights=args.weights, seed=args.seed)
@@ -52,7 +53,7 @@ def load_model(args):
         if not args.labels.is_file():
             raise UsageError(f"{args.labels}: no such labels file")
         labels = [ln.strip() for ln in args.labels.read_text().splitlines() if ln.strip()]
-        n = model.mod["main"].ret_ty.shape[-1] if hasattr(model.mod["main"], "ret_ty") else None
+        n = model.mod["main"].ret_ty.shape[-1] if model.mod is not None and hasattr(model.mod["main"], "ret_ty") else None
         if n is not None and int(n) != len(labels):
             raise UsageError(f"{args.labels}: {len(labels)} labels, but the model has {int(n)} classes")
         model.labels = labels
@@ -81,7 +82,7 @@ def drive_compile(args) -> int:
     target.compiler()  # a missing cross compiler fails before the model is built
     console = _console()
     with console.status(f"loading {args.model}") as status:
-        model = load_model(args)
+        model = load_model(args, family=variant.family)
 
         def progress(msg: str) -> None:
             status.update(f"{model.name} {variant.name} -> {target.name}: {msg}")

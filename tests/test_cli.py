@@ -101,3 +101,32 @@ def test_pi3_package_under_qemu_equals_host(capsys, host_package, pi3_package, t
         assert r["emulated"] == (name == "pi3")
         outs[name] = np.load(tmp_path / f"{name}.npy")
     np.testing.assert_allclose(outs["pi3"], outs["host"], rtol=1e-5, atol=1e-6)
+
+
+def test_int8_tflite_compile_run_is_bit_exact_with_tflite(capsys, data_dir, tmp_path):
+    """A converter-written full-int8 model through the CLI: integer in, integer out, equal to TFLite's
+    reference kernels on an input the golden pair never saw."""
+    from edge_sdk.runtime.litert import run_tflite
+
+    src = data_dir / "awkward_37x30_int8.tflite"
+    pkg = tmp_path / "aw8.edgepkg"
+    assert main(["compile", str(src), "--variant", "int8", "-o", str(pkg)]) == 0
+    capsys.readouterr()
+    code, out, _ = _run(capsys, ["inspect", str(pkg), "--json"])
+    m = json.loads(out)
+    assert m["input"]["dtype"] == "int8" and m["input"]["quantization"]["zero_point"] == 0
+    assert m["golden"]["rtol"] == 0 and m["golden"]["atol"] == 0
+    assert [r["op"] for r in m["layers"]][:3] == ["conv2d", "depthwise_conv2d", "conv2d"]
+    x = np.random.default_rng(9).integers(-128, 128, (1, 37, 30, 3), dtype=np.int8)
+    np.save(tmp_path / "x.npy", x)
+    code, out, _ = _run(capsys, ["run", str(pkg), "--input", str(tmp_path / "x.npy"), "--repeat", "1",
+                                 "--save-output", str(tmp_path / "y.npy"), "--json"])
+    assert code == 0 and json.loads(out)["golden"]["max_abs_err"] == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), run_tflite(src, x, reference_kernels=True))
+
+
+def test_int8_variant_refuses_a_float_model(capsys, data_dir, tmp_path):
+    code, _, err = _run(capsys, ["compile", str(data_dir / "awkward_37x30_float.tflite"), "--variant", "int8",
+                                 "-o", str(tmp_path / "x.edgepkg")])
+    assert code == 4 and "awkward_37x30_float.tflite" in err and "full-integer" in err
+    assert not (tmp_path / "x.edgepkg").exists()

@@ -109,10 +109,23 @@ def _stem(path: Path) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem)
 
 
-def load_model_file(path: Path) -> Model:
+def load_tflite_int8(path: Path) -> Model:
+    """A full-integer .tflite for the int8 variant: its integer graph is read by the int8 backend itself."""
+    from edge_sdk.models.tflite_int8 import read_int8_tflite
+
+    spec = read_int8_tflite(path).input_spec()
+    shape, pre = _image_input(path, spec["name"], spec["shape"], spec["dtype"])
+    return Model(name=_stem(path), mod=None, input_name=spec["name"], input_shape=shape, input_dtype=spec["dtype"],
+                 preprocess=pre, source=str(path), options={"input_quantization": spec["quantization"]})
+
+
+def load_model_file(path: Path, *, family: str = "float") -> Model:
+    """Load a model file for a variant family ("float", "int8", "bitserial")."""
     if not path.is_file():
         raise ModelError(f"{path}: no such model file")
     suffix = path.suffix.lower()
+    if suffix == ".tflite" and family == "int8":
+        return load_tflite_int8(path)
     if suffix == ".tflite":
         from edge_sdk.models.lce import is_lce_file, load_lce
 

@@ -165,5 +165,8 @@ def lower_int8(model, variant, target, *, progress, seed: int):
     golden = run_tflite(src, x, reference_kernels=True)
     progress("golden output from LiteRT reference kernels (XNNPACK off); compiling integer kernels")
     ex, params, spec = compile_int8(src, target, progress=progress)
+    from edge_sdk.compiler.int8.layers import int8_layer_table
+
     return Lowered(ex, params, x, golden, "litert-builtin-ref", input_quantization=spec["quantization"],
-                   extra={"output_quantization": g.output_spec()["quantization"]}, rtol=0.0, atol=0.0)
+                   extra={"output_quantization": g.output_spec()["quantization"]}, rtol=0.0, atol=0.0,
+                   layers=int8_layer_table(g))
