@@ -155,7 +155,7 @@ def _inputs_key(arch: str, cxx: str) -> str:
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
     for part in (_BUILD_REV, arch, TVM_VERSION, TVM_FFI_VERSION, version.splitlines()[0] if version else cxx):
         h.update(part.encode() + b"\0")
-    for name in ("runner.cc", "loader.py"):
+    for name in ("runner.cc", "runner_profile.h", "loader.py"):
         h.update((_HERE / name).read_bytes())
     h.update(_typing_extensions().read_bytes())
     return h.hexdigest()[:16]

@@ -7,7 +7,7 @@
 //
 //   edge-runner --lib model.so --params params.bin --input in.npy [--output out.npy]
 //               [--warmup W] [--repeat N] [--min-time-ms T] [--threads K]
-//               [--expect golden_output.npy [--rtol R] [--atol A]]
+//               [--expect golden_output.npy [--rtol R] [--atol A]] [--profile]
 //
 // It calls main(input, params sorted by key...) once (first_ms), W more untimed times, then at
 // least N timed times and until T ms have been spent, and prints ONE JSON line on stdout.
@@ -15,6 +15,8 @@
 // (|out - want| <= atol + rtol * |want|, NaN never close); the JSON gains a "golden" entry, and a
 // mismatch is reported on stderr with exit code 3. Deploy runs a package's golden check this way on
 // the device, which then needs no Python.
+// With --profile, N more runs follow with every VM call timed (runner_profile.h); the JSON gains
+// a "profile" entry. The plain latencies above are measured without the hook.
 // Errors: one message on stderr, exit code 2 (usage), 3 (golden mismatch) or 1 (anything else).
 #include <dlpack/dlpack.h>
 #include <tvm/ffi/any.h>
@@ -24,6 +26,8 @@
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
+
+#include "runner_profile.h"
 
 #include <algorithm>
 #include <chrono>
@@ -68,6 +72,7 @@ double MsSince(Clock::time_point t0) {
 struct Options {
   std::string lib, params, input, output, expect;
   int warmup = 1, repeat = 10, threads = 1;
+  bool profile = false;
   double min_time_ms = 0, rtol = 1e-5, atol = 1e-8;  // numpy.allclose defaults
 };
 
@@ -95,7 +100,11 @@ Options ParseArgs(int argc, char** argv) {
       throw UsageError(
           "usage: edge-runner --lib model.so --params params.bin --input in.npy [--output out.npy]"
           " [--warmup W] [--repeat N] [--min-time-ms T] [--threads K]"
-          " [--expect golden.npy [--rtol R] [--atol A]]");
+          " [--expect golden.npy [--rtol R] [--atol A]] [--profile]");
+    if (a == "--profile") {
+      o.profile = true;
+      continue;
+    }
     if (i + 1 >= argc) throw UsageError(a + ": missing value (or unknown option)");
     std::string v = argv[++i];
     if (a == "--lib") o.lib = v;
@@ -287,6 +296,12 @@ struct CPUAlloc {
   void FreeData(DLTensor* t) { std::free(t->data); }
 };
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t m = v.size();
+  return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+}
+
 ffi::Tensor AsTensor(const ffi::Any& rv) {
   if (auto t = rv.as<ffi::Tensor>()) return *t;
   if (auto arr = rv.as<ffi::Array<ffi::Any>>()) {
@@ -340,10 +355,13 @@ int Run(const Options& o) {
     call();
     lat.push_back(MsSince(t));
   }
-  std::vector<double> sorted = lat;
-  std::sort(sorted.begin(), sorted.end());
-  size_t m = sorted.size();
-  double median = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
+  double median = Median(lat);
+  std::string profile_json;
+  if (o.profile) {
+    auto set_instrument = vm->GetFunction("set_instrument");
+    if (!set_instrument) throw Failure("this libtvm_runtime's VM has no set_instrument: cannot --profile");
+    profile_json = edge_profile::ProfileRuns(*set_instrument, call, o.repeat);
+  }
 
   // What the runtime's pool actually uses (it read TVM_NUM_THREADS when it started).
   int64_t pool_threads = -1;
@@ -376,6 +394,7 @@ int Run(const Options& o) {
     js << ", \"mismatches\": " << golden.mismatches << ", \"count\": " << golden.count << ", \"rtol\": " << o.rtol
        << ", \"atol\": " << o.atol << "}";
   }
+  if (!profile_json.empty()) js << ", \"profile\": " << profile_json;
   js << "}";
   std::cout << js.str() << std::endl;
   if (!golden.ok) {
