@@ -155,10 +155,11 @@ def compile_variants(*, model: str, alpha: float, resolution: int, classes: int,
             t1 = time.monotonic()
             try:
                 compile_model(zoo, variant=get_variant(variant), target=get_target(target), out=pkg)
-            except EdgeError as e:
+            except Exception as e:  # noqa: BLE001 - "use what compiles": the cause goes into the printed notes
                 if variant == "float32":
                     raise
-                notes.append(f"{variant} for {target}: does not compile for {model} here ({e}); skipped")
+                notes.append(f"{variant} for {target}: does not compile for {model} here "
+                             f"({type(e).__name__}: {str(e).strip()[:300]}); skipped")
                 say(f"note: {notes[-1]}")
                 continue
             say(f"compiled {variant} for {target} in {time.monotonic() - t1:.0f} s: {pkg.name}")
