@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 hyp = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, assume, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, assume, example, given, settings, strategies as st  # noqa: E402
 
 from edge_sdk.errors import CompileError, ModelError  # noqa: E402
 from edge_sdk.quant import bitserial as bs, glue as g  # noqa: E402
@@ -85,8 +85,15 @@ def _run_conv(spec, a, w, *, target=HOST, glue=None):
 
 # ---- compiled == numpy, exactly ------------------------------------------------------------
 
+_BASE = dict(batch=1, stride=1, a_bits=1, w_bits=1, seed=0, pad_value=0)
+
+
 @settings(max_examples=14, **SETTINGS)
 @given(conv_cases())
+@example(dict(_BASE, height=1, width=1, channels=1, filters=11, kernel=1, padding=(0, 0, 0, 0), mode="bipolar",
+              word="uint16"))  # a 1x1 output with a prime filter count: the int32 schedule once summed wrong
+@example(dict(_BASE, height=5, width=4, channels=37, filters=9, kernel=3, padding=(1, 0, 2, 1), mode="bipolar",
+              word="uint32", pad_value=1))  # Larq's one-padding with a partial word of channels
 def test_compiled_conv2d_equals_integer_reference(spec):
     a, w = _conv_inputs(spec)
     np.testing.assert_array_equal(_run_conv(spec, a, w), _conv_reference(spec, a, w))
