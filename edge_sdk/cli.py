@@ -149,6 +149,7 @@ def add_run_parser(sub) -> None:
     p.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
     p.add_argument("--threads", type=int, default=1, help="runtime threads (default 1)")
     p.add_argument("--top", type=int, default=5, help="how many classes to report")
+    p.add_argument("--profile", action="store_true", help="also time each layer (conv vs glue; per_layer_ms in --json)")
     p.add_argument("--json", action="store_true")
     from edge_sdk.fleet.cli import add_remote_run_options
 
@@ -158,6 +159,8 @@ def add_run_parser(sub) -> None:
 
 def drive_run(args) -> int:
     if args.device:
+        if args.profile:
+            raise UsageError("--profile runs a package here only (not yet with --device/--fleet)")
         from edge_sdk.fleet.cli import drive_remote_run
 
         return drive_remote_run(args)
@@ -166,7 +169,7 @@ def drive_run(args) -> int:
     if args.repeat < 1 or args.threads < 1 or args.warmup < 0:
         raise UsageError("--repeat and --threads must be >= 1, --warmup >= 0")
     res = run_package(args.package, input_path=args.input, threads=args.threads, repeat=args.repeat,
-                      warmup=args.warmup, k=args.top)
+                      warmup=args.warmup, k=args.top, profile=args.profile)
     if args.save_output:
         import numpy as np
 

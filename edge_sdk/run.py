@@ -15,6 +15,7 @@ import numpy as np
 
 from edge_sdk.errors import RuntimeFailure, UsageError
 from edge_sdk.package import Package, open_package
+from edge_sdk.runtime.profile import format_table, layer_times
 
 
 @dataclass
@@ -31,6 +32,8 @@ class RunResult:
     golden_max_abs_err: float
     top_k: list[tuple[int, str | None, float]]
     output: np.ndarray = field(repr=False)
+    layer_profile: object | None = field(default=None, repr=False)  # runtime.profile.LayerProfile (profile=True)
+    peak_gflops: float | None = None  # the target's, for the profile table
 
     @property
     def median_ms(self) -> float:
@@ -46,6 +49,10 @@ class RunResult:
             "load_ms": self.load_ms,
             "golden": {"ok": self.golden_ok, "max_abs_err": self.golden_max_abs_err},
             "top_k": [{"class": c, "label": lbl, "score": s} for c, lbl, s in self.top_k],
+            **({} if self.layer_profile is None else {
+                "per_layer_ms": self.layer_profile.per_layer_ms(),
+                "profile": {"median_run_ms": self.layer_profile.run_ms, "other_ms": self.layer_profile.other_ms,
+                            "kernels": self.layer_profile.kernels}}),
         }
 
     def __str__(self) -> str:
@@ -54,7 +61,9 @@ class RunResult:
         return (f"{self.model} {self.variant} for {self.target}, run {where}, {self.threads} thread(s): "
                 f"median {self.median_ms:.2f} ms over {len(self.latencies_ms)} runs; "
                 f"golden check {'ok' if self.golden_ok else 'FAILED'} (max abs err {self.golden_max_abs_err:.2e}); "
-                f"top-{len(self.top_k)}: {top}")
+                f"top-{len(self.top_k)}: {top}"
+                + ("" if self.layer_profile is None else "\n" + format_table(
+                    self.layer_profile, peak_gflops=self.peak_gflops, emulated=self.emulated)))
 
 
 def load_input(path: Path, pkg: Package) -> np.ndarray:
@@ -100,7 +109,8 @@ def golden_check(pkg: Package, out: np.ndarray) -> tuple[bool, float]:
 
 
 def run_package(path: Path, *, input_path: Path | None = None, threads: int = 1, repeat: int = 10,
-                warmup: int = 1, k: int = 5) -> RunResult:
+                warmup: int = 1, k: int = 5, profile: bool = False) -> RunResult:
+    """Run a package here; `profile` adds per-layer times (conv vs glue) from `repeat` more timed-hook runs."""
     from edge_sdk.runtime.execute import run_compiled
 
     with tempfile.TemporaryDirectory(prefix="edgepkg-run-") as tmp:
@@ -119,7 +129,7 @@ def run_package(path: Path, *, input_path: Path | None = None, threads: int = 1,
                       emulate_cpu=emulate, threads=threads)
         golden_in = pkg.golden_input
         x = load_input(input_path, pkg) if input_path else golden_in
-        res = run_compiled(input=x, warmup=warmup, repeat=repeat, **common)
+        res = run_compiled(input=x, warmup=warmup, repeat=repeat, profile=profile, **common)
         gold = res if input_path is None else run_compiled(input=golden_in, warmup=0, repeat=1, **common)
         ok, err = golden_check(pkg, gold.output)
         if not np.isfinite(res.output).all():
@@ -127,4 +137,6 @@ def run_package(path: Path, *, input_path: Path | None = None, threads: int = 1,
         return RunResult(package=str(path), model=m["model"]["name"], variant=m["variant"],
                          target=m["target"]["name"], emulated=emulate is not None, threads=threads,
                          latencies_ms=list(res.latencies_ms), load_ms=res.load_ms, golden_ok=ok,
-                         golden_max_abs_err=err, top_k=top_k(res.output, m.get("labels"), k), output=res.output)
+                         golden_max_abs_err=err, top_k=top_k(res.output, m.get("labels"), k), output=res.output,
+                         layer_profile=layer_times(m["layers"], res.profile) if profile else None,
+                         peak_gflops=m["target"].get("peak_gflops"))

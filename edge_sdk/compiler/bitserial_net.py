@@ -32,8 +32,11 @@ def compile_binarized(net, target, *, glue: str = "fused", output: str = "scores
 
     mod, names = emit_network(net, arch=target.arch, glue=glue, output=output)
     rows = layer_rows(net, layer_table(mod), names, glue=glue, word=WORD)
-    ex, params = compile_relax(mod, target, progress=progress)
-    return ex, params, rows
+    sites: list = []
+    ex, params = compile_relax(mod, target, progress=progress, kernel_sites=sites)
+    from edge_sdk.compiler.kernel_map import assign_kernels
+
+    return ex, params, assign_kernels(rows, sites, var_to_layer=names)
 
 
 def conv_row(conv, *, glue: str, word: str, residual: str | None) -> dict:

@@ -82,8 +82,11 @@ def lower_float(model: Model, variant: Variant, target: Target, *, progress, see
     x = model.example_input(seed=seed)
     golden, ref = reference_output(model, x)
     progress(f"golden output from {ref}; lowering and building for {target.name}")
-    ex, params = compile_relax(model.mod, target, progress=progress)
-    return Lowered(ex, params, x, golden, ref)
+    sites: list = []
+    ex, params = compile_relax(model.mod, target, progress=progress, kernel_sites=sites)
+    from edge_sdk.compiler.kernel_map import assign_kernels
+
+    return Lowered(ex, params, x, golden, ref, layers=assign_kernels(layer_table(model.mod), sites))
 
 
 # Each variant family: a function (model, variant, target, *, progress, seed) -> Lowered.

@@ -52,14 +52,19 @@ def prepare(mod: tvm.IRModule) -> tvm.IRModule:
     return seq(mod)
 
 
-def rewrite_kernels(mod: tvm.IRModule, target: tvm.target.Target) -> tuple[tvm.IRModule, dict]:
-    """Swap matched chains for our scheduled kernels; returns the module and counts per kind."""
+def rewrite_kernels(mod: tvm.IRModule, target: tvm.target.Target, *,
+                    emitted: list | None = None) -> tuple[tvm.IRModule, dict]:
+    """Swap matched chains for our scheduled kernels; returns the module and counts per kind.
+
+    `emitted`, when given, receives (layer name, PrimFunc name) per kernel call, in call order."""
     from edge_sdk.compiler.ops.common import simd_of
     from edge_sdk.compiler.ops.fuse import KernelRewriter
 
     rewriter = KernelRewriter(mod, simd_of(target))
     mod = rewriter.rewrite()
     mod = relax.transform.DeadCodeElimination(["main"])(mod)
+    if emitted is not None:
+        emitted.extend(rewriter.emitted)
     return mod, dict(rewriter.counts)
 
 
@@ -106,12 +111,14 @@ def unscheduled_heavy_ops(mod: tvm.IRModule) -> list[str]:
     return found
 
 
-def compile_relax(mod: tvm.IRModule, target, *, progress=None):
+def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: list | None = None):
     """Compile a float Relax model with our kernels.
 
     mod: "main" takes one NHWC float32 input, weights bound as constants. target: an
     edge_sdk.targets.Target. Returns (executable, params) where the executable's "main" takes
-    (input, p0000, p0001, ...) and params maps those names to numpy arrays.
+    (input, p0000, p0001, ...) and params maps those names to numpy arrays. `kernel_sites`, when
+    given, receives the PrimFunc calls of "main" in call order (compiler/kernel_map.py: call_sites),
+    for the manifest's per-layer "kernels".
     """
     say = progress or (lambda _msg: None)
     tvm_target = target.tvm_target()
@@ -121,7 +128,8 @@ def compile_relax(mod: tvm.IRModule, target, *, progress=None):
     try:
         with tvm_target:
             mod = prepare(mod)
-            mod, counts = rewrite_kernels(mod, tvm_target)
+            emitted: list = []
+            mod, counts = rewrite_kernels(mod, tvm_target, emitted=emitted)
             left = unscheduled_heavy_ops(mod)
             say("scheduled kernels: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))
                 + (f"; left to default loops: {', '.join(sorted(set(left)))}" if left else ""))
@@ -134,6 +142,10 @@ def compile_relax(mod: tvm.IRModule, target, *, progress=None):
                 relax.transform.DeadCodeElimination(["main"]),
             ])(mod)
             mod, params = lift_params(mod)
+        if kernel_sites is not None:
+            from edge_sdk.compiler.kernel_map import call_sites
+
+            kernel_sites.extend(call_sites(mod, emitted))
         say(f"lifted {len(params)} parameters ({sum(a.nbytes for a in params.values()) / 1e6:.1f} MB)")
         from tvm.relax.backend.cpu_generic import pipeline as cpu
 

@@ -45,6 +45,7 @@ class RunResult:
     bundle_version: str
     wall_ms: float  # the whole runner process, start-up (loading libtvm_runtime) included
     raw: dict = field(repr=False)
+    profile: dict | None = field(default=None, repr=False)  # the runner's --profile object (runtime/profile.py)
 
     def __str__(self) -> str:
         where = f"{self.arch}, emulated" if self.emulated else self.arch
@@ -77,11 +78,12 @@ def runner_command(bundle: Path, *, arch: str, emulate_cpu: str | None) -> tuple
 
 def run_compiled(*, lib: Path, params: Path, input: np.ndarray, arch: str, emulate_cpu: str | None,  # noqa: A002
                  threads: int = 1, warmup: int = 1, repeat: int = 10, min_time_ms: float = 0,
-                 timeout_s: float = 900) -> RunResult:
+                 timeout_s: float = 900, profile: bool = False) -> RunResult:
     """Run model `lib` with `params` on `input` using the `arch` runtime bundle.
 
     Native when `arch` is this machine's, else under qemu with CPU model `emulate_cpu`.
-    A failing runner raises RuntimeFailure carrying its stderr.
+    A failing runner raises RuntimeFailure carrying its stderr. `profile`: `repeat` more runs with
+    every VM call timed (RunResult.profile; per-layer times via runtime/profile.py).
     """
     lib, params = Path(lib), Path(params)
     for what, p in (("model library", lib), ("params file", params)):
@@ -97,6 +99,8 @@ def run_compiled(*, lib: Path, params: Path, input: np.ndarray, arch: str, emula
         cmd = [*prefix, "--lib", str(lib.resolve()), "--params", str(params.resolve()),
                "--input", str(in_path), "--output", str(out_path), "--warmup", str(warmup),
                "--repeat", str(repeat), "--min-time-ms", str(min_time_ms), "--threads", str(threads)]
+        if profile:
+            cmd.append("--profile")
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
@@ -125,4 +129,5 @@ def run_compiled(*, lib: Path, params: Path, input: np.ndarray, arch: str, emula
         bundle_version=read_manifest(bundle)["version"],
         wall_ms=wall_ms,
         raw=raw,
+        profile=raw.get("profile"),
     )

@@ -149,6 +149,7 @@ class KernelRewriter(PyExprMutator):
         self.plans: dict = {}
         self.counts: dict[str, int] = {}
         self.claimed: set = set()
+        self.emitted: list[tuple[str, str]] = []  # (layer = head binding name, PrimFunc name), in order
 
     def rewrite(self) -> tvm.IRModule:
         func = self.builder_.get()["main"]
@@ -170,12 +171,13 @@ class KernelRewriter(PyExprMutator):
         elif op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.mean"):
             head = self._pool_head(call)
             if head is not None:
-                self.plans[var] = (head, None)
+                self.plans[var] = ({**head, "layer": var.name}, None)
             return
         else:
             return
         if head is None:
             return
+        head["layer"] = var.name  # the layer table's row name (layers.py names rows by the op's binding)
         out_shape = _shape(call)
         cout = out_shape[-1]
         m = int(np.prod(out_shape[:-1]))
@@ -270,10 +272,12 @@ class KernelRewriter(PyExprMutator):
         if key not in self.kernels:
             name = f"edge_{key[0]}_{len(self.kernels)}"
             self.kernels[key] = self.builder_.add_func(make(name), name)
+        self.emitted.append((self._layer, self.kernels[key].name_hint))
         return self.kernels[key]
 
     def _emit(self, head, chain, out_shape):
         kind = head["kind"]
+        self._layer = head["layer"]
         self.counts[kind] = self.counts.get(kind, 0) + 1
         x = self.visit_expr(head["x"])
         if kind == "pool":
