@@ -37,8 +37,10 @@ def test_reduced_demo_end_to_end(tmp_path, capsys):
     assert rc == 0, out
     rows = json.loads(out[out.index("[\n"):])
     got = {(r["device"], r["target"], r["variant"]) for r in rows}
-    assert got == {("pi1", "pi3", "float32"), ("pi1", "pi3", "w1a2"), ("loop1", "host", "float32"),
-                   ("loop1", "host", "w1a2")}
+    variants = {v for *_, v in got}  # int8 joins when the compiler takes a zoo model in int8; else a note says why
+    assert {"float32", "w1a2"} <= variants <= {"float32", "int8", "w1a2"}
+    assert got == {(d, t, v) for d, t in (("pi1", "pi3"), ("loop1", "host")) for v in variants}
+    assert "int8" in variants or "note: int8" in out
     assert all(r["frames"] == 3 and r["golden_ok"] and r["median_ms"] > 0 for r in rows)
     assert all(r["agreement"] == 1.0 for r in rows if r["variant"] == "float32")
     for r in rows:  # the printed table has a row per device and variant
@@ -50,7 +52,7 @@ def test_reduced_demo_end_to_end(tmp_path, capsys):
         runs = con.execute("SELECT r.device, r.target, r.variant, r.emulated, r.source, m.repeats, "
                            "m.latency_median_ms, m.golden_ok FROM runs r JOIN measurements m ON m.run_id = r.id "
                            "ORDER BY r.id").fetchall()
-    assert {(d, t, v) for d, t, v, *_ in runs} == got and len(runs) == 4
+    assert {(d, t, v) for d, t, v, *_ in runs} == got and len(runs) == len(rows)
     for d, t, v, emulated, source, repeats, median, golden in runs:
         assert emulated == (t == "pi3") and source == "classify" and repeats == 3 and golden == 1
         assert median == pytest.approx(next(r["median_ms"] for r in rows if (r["device"], r["variant"]) == (d, v)),
