@@ -25,7 +25,6 @@ from edge_sdk.errors import CompileError
 from edge_sdk.models.binarized import DwPw
 from edge_sdk.quant.bitserial import pack_conv_weights
 
-WORD = "uint32"
 
 
 class _Emitter:
@@ -35,6 +34,7 @@ class _Emitter:
         if glue not in ("fused", "unfused"):
             raise CompileError(f"bitserial network: glue '{glue}' is not 'fused' or 'unfused'")
         self.relax, self.net, self.arch, self.glue = relax, net, arch, glue
+        self.word = ops.network_word(arch)  # packing word of weights, activations and outputs
         self.bb = relax.BlockBuilder()
         self.funcs: dict = {}
         self.qmax = (1 << net.a_bits) - 1
@@ -60,13 +60,13 @@ class _Emitter:
         n, h, w, c = conv.in_shape
         spec = dict(batch=n, height=h, width=w, channels=c, filters=conv.out_shape[3], kernel=conv.kernel,
                     stride=conv.stride, padding=conv.pad, a_bits=conv.a_bits, w_bits=conv.w_bits,
-                    mode=self.net.mode, word=WORD)
-        args = [inp, self.const(pack_conv_weights(conv.w_codes, bits=conv.w_bits, word=WORD))]
+                    mode=self.net.mode, word=self.word)
+        args = [inp, self.const(pack_conv_weights(conv.w_codes, bits=conv.w_bits, word=self.word))]
         if glue_out:
-            spec.update(glue_out_bits=conv.out_bits, out_word=WORD, residual=residual, res_lshift=res_lshift)
+            spec.update(glue_out_bits=conv.out_bits, out_word=self.word, residual=residual, res_lshift=res_lshift)
             args += self.glue_consts(conv) + list(res_args)
-            shape = (*conv.out_shape[:3], -(-conv.out_shape[3] // ops.WORD_BITS[WORD]), conv.out_bits)
-            ty = self.relax.TensorType(shape, WORD)
+            shape = (*conv.out_shape[:3], -(-conv.out_shape[3] // ops.WORD_BITS[self.word]), conv.out_bits)
+            ty = self.relax.TensorType(shape, self.word)
         else:
             ty = self.relax.TensorType(conv.out_shape, "int32")
         gv = self._func(spec)
@@ -82,7 +82,7 @@ class _Emitter:
         """Float codes -> packed words (the unfused graph's separate bitpack)."""
         op = self.relax.op
         ints = self.bb.emit(op.astype(codes_f, "int32"))
-        return self.bb.emit_te(lambda t: ops.bitpack(t, bits=self.net.a_bits, word=WORD), ints,
+        return self.bb.emit_te(lambda t: ops.bitpack(t, bits=self.net.a_bits, word=self.word), ints,
                                primfunc_name_hint="bitserial_pack")
 
     def float_glue(self, conv, acc):
@@ -109,7 +109,7 @@ class _Emitter:
         if isinstance(self.net.blocks[0], DwPw):  # MobileNet: the first depthwise reads dequantized codes
             return None, self.dequant(self.clip(self.quantize_float(y)))
         if self.glue == "fused":
-            p = self.bb.emit_te(io.quantize_pack_compute, y, bits=self.net.a_bits, step=self.net.step, word=WORD,
+            p = self.bb.emit_te(io.quantize_pack_compute, y, bits=self.net.a_bits, step=self.net.step, word=self.word,
                                 primfunc_name_hint="bitserial_quantize_pack")
             return p, None
         q = self.clip(self.quantize_float(y))
@@ -133,7 +133,7 @@ class _Emitter:
                                       groups=c, data_layout="NHWC", kernel_layout="HWIO"), name_hint=d.name)
         y = self.bb.emit(op.nn.relu(self.bb.emit(op.add(y, self.const(d.bias)), name_hint=f"{d.name}_bias")),
                          name_hint=f"{d.name}_relu")
-        p = self.bb.emit_te(io.quantize_pack_compute, y, bits=self.net.a_bits, step=self.net.step, word=WORD,
+        p = self.bb.emit_te(io.quantize_pack_compute, y, bits=self.net.a_bits, step=self.net.step, word=self.word,
                             primfunc_name_hint="bitserial_quantize_pack")
         if self.glue == "fused":
             p = self.conv(b.pw, p, glue_out=True)

@@ -26,12 +26,13 @@ GOLDEN_TOL = 1e-4  # the float head (avg pool, dense, softmax) in float32 vs the
 
 def compile_binarized(net, target, *, glue: str = "fused", output: str = "scores", progress=None):
     """(executable, params, layer rows) for a BinarizedNet on an edge_sdk Target."""
-    from edge_sdk.compiler.bitserial_graph import WORD, emit_network
+    from edge_sdk.compiler.bitserial_graph import emit_network
     from edge_sdk.compiler.layers import layer_table
     from edge_sdk.compiler.lower import compile_relax
+    from edge_sdk.compiler.ops.bitserial import network_word
 
     mod, names = emit_network(net, arch=target.arch, glue=glue, output=output)
-    rows = layer_rows(net, layer_table(mod), names, glue=glue, word=WORD)
+    rows = layer_rows(net, layer_table(mod), names, glue=glue, word=network_word(target.arch))
     sites: list = []
     ex, params = compile_relax(mod, target, progress=progress, kernel_sites=sites)
     from edge_sdk.compiler.kernel_map import assign_kernels

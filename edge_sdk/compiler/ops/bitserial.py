@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edge_sdk.compiler.ops import bitserial_popc as popc
+from edge_sdk.compiler.ops.bitserial_popc import unipolar_conv
 from edge_sdk.errors import CompileError
 from edge_sdk.quant.bitserial import MODES, WORD_BITS, conv_out_size, pad4
 
@@ -128,9 +130,8 @@ def conv2d_compute(*, batch: int, height: int, width: int, channels: int, filter
                     tirx.all(y >= t, y < height + t, x >= l, x < width + l), data[n, y - t, x - l, c, i], zero),
                 name="pad")
 
-        def acc(n, y, x, f):
-            a = src[n, y * stride + ry, x * stride + rx, rc, ib]
-            return te.sum(_pair_term(a, wgt[ry, rx, rc, jb, f], mode, None, (ib + jb).astype("int32")), axis=axes)
+        conv = unipolar_conv(src, wgt, batch=batch, oh=oh, ow=ow, filters=filters, kernel=kernel, stride=stride,
+                             cw=cw, a_bits=a_bits, w_bits=w_bits, word=word)
     else:
         def acc(n, y, x, f):  # a padded tap is skipped, not read as -1 (quant.bitserial docstring)
             iy, ix = y * stride + ry - t, x * stride + rx - l
@@ -144,7 +145,7 @@ def conv2d_compute(*, batch: int, height: int, width: int, channels: int, filter
             term = _pair_term(a, wgt[ry, rx, rc, jb, f], mode, nbits, (ib + jb).astype("int32"))
             return te.sum(term if pad_value else tirx.if_then_else(valid, term, 0), axis=axes)
 
-    conv = te.compute((batch, oh, ow, filters), acc, name="conv")
+        conv = te.compute((batch, oh, ow, filters), acc, name="conv")
     if glue_out_bits is None:
         return [data, wgt], conv
     if residual not in (None, "codes", "glue"):
@@ -206,17 +207,27 @@ def dense_compute(*, batch: int, features: int, units: int, a_bits: int, w_bits:
 
 @dataclass(frozen=True)
 class CpuSchedule:
-    """Tile sizes per target family: `vec` output channels per vector, `xt` output pixels per tile.
+    """Tile sizes per target family: `vec` output channels per vector, `xt` output pixels per tile,
+    and the packing `word` networks use (bitserial_graph).
 
-    xt x vec int32 accumulators stay in registers: 4 x 8 = 8 NEON q registers of the A53's 32,
-    4 AVX2 ymm registers of x86's 16.
+    Unipolar (ops/bitserial_popc.py): uint16 words and uint16 accumulators, 16 output channels per
+    tile row: xt x a_bits x 16 lanes = 4 x 2 x 2 NEON q registers (of 32; the inner loop is ld1r, and,
+    cnt, uadalp), or 4 x 2 AVX2 ymm (of 16). uint64 words measured the same on x86 (znver3: no vector
+    popcount; LLVM's nibble-table popcount is 12 uops per 256 bit-MACs either way); uint8 words pay a
+    widening per step, uint32 a second uaddlp. Bipolar keeps the per-term int32 form (vec x xt tile).
     """
 
     vec: int
     xt: int
+    word: str = "uint16"
 
 
 SCHEDULES = {"aarch64": CpuSchedule(vec=8, xt=4), "x86_64": CpuSchedule(vec=8, xt=4)}
+
+
+def network_word(arch: str) -> str:
+    """The packing word type a whole network uses on `arch` (weights, activations, outputs)."""
+    return _arch_schedule(arch).word
 
 
 def _divisor(n: int, at_most: int) -> int:
@@ -244,7 +255,13 @@ def schedule_conv2d(func, *, arch: str):
     if _has_block(sch, "pad"):  # unipolar with padding: a cheap pass over the small packed input
         pl = sch.get_loops(sch.get_sblock("pad"))
         sch.parallel(sch.fuse(pl[0], pl[1]))
-    if _has_block(sch, "pack"):
+    if _has_block(sch, "popc"):  # unipolar: raw popcounts per bit-plane pair, combined late
+        lanes = 256 // int(str(sch.get(sch.get_sblock("popc")).writes[0].source.dtype)[4:])
+        if _has_block(sch, "pack"):
+            popc.schedule_fused(sch, xt=xt, lanes=lanes)
+        else:
+            popc.schedule_int32(sch, xt=xt, lanes=lanes)
+    elif _has_block(sch, "pack"):
         _schedule_fused(sch, conv, o=o, xt=xt, cfg=cfg)
     else:
         _schedule_int32(sch, conv, o=o, xt=xt, cfg=cfg)

@@ -1,0 +1,179 @@
+"""The fast unipolar bitserial conv: popcounts accumulated raw per bit-plane pair, combined late.
+
+Why (Riptide's fast popcount): the per-term form `(2 * popcount(a & w) - popcount(a)) << (i + j)` in
+int32 costs, per vector of words, a popcount widened to int32, a doubling, a subtraction, a shift and
+an add. Split instead into
+
+    popc[n, y, x, f, i, j] = sum over taps and words of popcount(a_i & w_j)   (narrow unsigned)
+    apop[n, y, x, i]       = sum over taps and words of popcount(a_i)          (once per pixel tile)
+    conv[n, y, x, f]       = sum over i, j of (2 * popc - apop) << (i + j)     (late, in the epilogue)
+
+and the inner loop is AND, popcount, add-accumulate. With uint16 words and uint16 accumulators that
+is NEON `and` + `cnt` + `uadalp` per 128 bit-MACs (the add of the pairwise-summed byte counts into
+the accumulator folds into one uadalp). apop does not depend on the output channel, so it is
+computed once per pixel tile, outside the output-channel loop. The bound on the narrow accumulator:
+popc <= KH*KW*ceil(C/W)*W bits, so uint16 holds any layer with KH*KW*C < 65536 (ResNet's largest
+3x3x512 = 4608).
+
+Exact for unipolar activations only (a padded tap reads code 0 = the value 0, as in the reference);
+bipolar keeps the per-term form in ops/bitserial.py, whose padded taps are skipped.
+"""
+from __future__ import annotations
+
+from edge_sdk.quant.bitserial import WORD_BITS
+
+
+def acc_dtype(*, word: str, taps: int, words: int) -> str:
+    """The narrowest unsigned accumulator that cannot overflow: uint16 when the bit count fits."""
+    wb = WORD_BITS[word]
+    return "uint16" if wb <= 16 and taps * words * wb < (1 << 16) else "uint32"
+
+
+def unipolar_conv(src, wgt, *, batch: int, oh: int, ow: int, filters: int, kernel: int, stride: int,
+                  cw: int, a_bits: int, w_bits: int, word: str):
+    """The int32 conv tensor (n, oh, ow, filters) from the zero-padded packed input `src`."""
+    from tvm import te, tirx
+
+    acc = acc_dtype(word=word, taps=kernel * kernel, words=cw)
+
+    def axes():
+        return [te.reduce_axis((0, kernel), "ry"), te.reduce_axis((0, kernel), "rx"), te.reduce_axis((0, cw), "rc")]
+
+    r1 = axes()
+    popc = te.compute(
+        (batch, oh, ow, a_bits, w_bits, filters),  # channels innermost: the vector lanes are contiguous
+        lambda n, y, x, i, j, f: te.sum(tirx.popcount(
+            src[n, y * stride + r1[0], x * stride + r1[1], r1[2], i] & wgt[r1[0], r1[1], r1[2], j, f]).astype(acc),
+            axis=r1),
+        name="popc")
+    r2 = axes()
+    apop = te.compute(
+        (batch, oh, ow, a_bits),
+        lambda n, y, x, i: te.sum(tirx.popcount(
+            src[n, y * stride + r2[0], x * stride + r2[1], r2[2], i]).astype("int32"), axis=r2),
+        name="apop")
+
+    def combine(n, y, x, f):
+        total = None
+        for i in range(a_bits):
+            for j in range(w_bits):
+                t = 2 * popc[n, y, x, i, j, f].astype("int32") - apop[n, y, x, i]
+                t = t << (i + j) if i + j else t
+                total = t if total is None else total + t
+        return total
+
+    return te.compute((batch, oh, ow, filters), combine, name="conv")
+
+
+# ---- schedules --------------------------------------------------------------------------------
+
+def _loops(sch, blk, *, skip: int, extents: dict[str, int]) -> dict:
+    """Name the loops compute_at made under `skip` outer loops (it drops unit-extent loops)."""
+    from edge_sdk.errors import CompileError
+
+    names = [k for k, e in extents.items() if e > 1]
+    loops = sch.get_loops(blk)[skip:]
+    got = [int(sch.get(lp).extent) for lp in loops]
+    if got != [extents[k] for k in names]:
+        raise CompileError(f"bitserial conv2d schedule: unexpected loop nest {got} for {extents}")
+    return dict(zip(names, loops))
+
+
+def _shape(sch, name: str) -> list[int]:
+    return [int(v) for v in sch.get(sch.get_sblock(name)).writes[0].source.shape]
+
+
+def _red(sch, name: str) -> dict[str, int]:
+    from tvm import tirx
+
+    iters = [iv for iv in sch.get(sch.get_sblock(name)).iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
+    return {k: int(iv.dom.extent) for k, iv in zip(("ry", "rx", "rc"), iters)}
+
+
+def _schedule_popc(sch, *, skip: int, xt: int, fext: int, lanes: int, vectorize: bool) -> None:
+    """The register tile under `skip` loops: taps/words outside, then xt pixels x bit planes (unrolled)
+    x output channels (vector lanes, split into unrolled groups of `lanes`) inside."""
+    popc = sch.get_sblock("popc")
+    _, _, _, a_bits, w_bits, _ = _shape(sch, "popc")
+    red_ext = _red(sch, "popc")
+    lp = _loops(sch, popc, skip=skip, extents={"x": xt, "i": a_bits, "j": w_bits, "f": fext, **red_ext})
+    red = [lp[k] for k in ("ry", "rx", "rc") if k in lp]
+    inner = [lp[k] for k in ("x", "i", "j") if k in lp]
+    fo = fi = None
+    if "f" in lp:
+        if vectorize and fext > lanes and fext % lanes == 0:
+            fo, fi = sch.split(lp["f"], [None, lanes])
+        else:
+            fi = lp["f"]
+    sch.reorder(*([fo] if fo is not None else []), *red, *inner, *([fi] if fi is not None else []))
+    for loop in inner + ([fo] if fo is not None else []):
+        sch.unroll(loop)
+    if fi is not None and vectorize:
+        sch.vectorize(fi)
+    if red:
+        sch.decompose_reduction(popc, red[0])
+
+
+def _schedule_apop(sch, *, skip: int, xt: int) -> None:
+    apop = sch.get_sblock("apop")
+    a_bits = _shape(sch, "apop")[3]
+    lp = _loops(sch, apop, skip=skip, extents={"x": xt, "i": a_bits, **_red(sch, "apop")})
+    red = [lp[k] for k in ("ry", "rx", "rc") if k in lp]
+    inner = [lp[k] for k in ("x", "i") if k in lp]
+    sch.reorder(*red, *inner)
+    for loop in inner:
+        sch.unroll(loop)
+    if red:
+        sch.decompose_reduction(apop, red[0])
+
+
+def schedule_fused(sch, *, xt: int, lanes: int) -> None:
+    """Per (row, pixel tile, output word): popc tile, then glue (combine + shift/offset/clip + residual,
+    vectorized over the word's channels), then the bitpack; apop once per pixel tile. All tiles are
+    local to the loops that use them (bitpack fusion: only packed codes are written)."""
+    pack, glue = sch.get_sblock("pack"), sch.get_sblock("glue")
+    pn, py, px, pw, pb, pk = sch.get_loops(pack)
+    pxo, pxi = sch.split(px, [None, xt])
+    sch.reorder(pn, py, pxo, pw, pxi, pb, pk)
+    sch.parallel(sch.fuse(pn, py))
+    o = _shape(sch, "conv")[3]
+    wbits = WORD_BITS[str(sch.get(pack).writes[0].source.dtype)]
+    fext = min(o, wbits)
+    full = o % wbits == 0  # a partial last word leaves predicated (scalar) loops
+    sch.compute_inline(sch.get_sblock("conv"))
+    sch.compute_at(glue, pw)
+    sch.set_scope(glue, 0, "local")
+    popc, apop = sch.get_sblock("popc"), sch.get_sblock("apop")
+    sch.compute_at(popc, pw)
+    sch.set_scope(popc, 0, "local")
+    sch.compute_at(apop, pxo)
+    sch.set_scope(apop, 0, "local")
+    gl = _loops(sch, glue, skip=3, extents={"x": xt, "f": fext})
+    if "f" in gl and full:
+        sch.vectorize(gl["f"])
+    if "x" in gl:
+        sch.unroll(gl["x"])
+    _schedule_popc(sch, skip=3, xt=xt, fext=fext, lanes=lanes, vectorize=full)
+    _schedule_apop(sch, skip=2, xt=xt)
+
+
+def schedule_int32(sch, *, xt: int, lanes: int) -> None:
+    """int32 accumulators out (the unfused graph, shortcut convs): [n*y parallel], x tile, lane group:
+    popc tile, then combine vectorized into the output; apop once per pixel tile."""
+    conv = sch.get_sblock("conv")
+    o = _shape(sch, "conv")[3]
+    vec = max(d for d in range(1, min(o, lanes) + 1) if o % d == 0)
+    n, y, x, f = sch.get_loops(conv)
+    xo, xi = sch.split(x, [None, xt])
+    fo, fi = sch.split(f, [None, vec])
+    sch.reorder(n, y, xo, fo, xi, fi)
+    sch.parallel(sch.fuse(n, y))
+    popc, apop = sch.get_sblock("popc"), sch.get_sblock("apop")
+    sch.compute_at(popc, fo)
+    sch.set_scope(popc, 0, "local")
+    sch.compute_at(apop, xo)
+    sch.set_scope(apop, 0, "local")
+    sch.vectorize(fi)
+    sch.unroll(xi)
+    _schedule_popc(sch, skip=3, xt=xt, fext=vec, lanes=lanes, vectorize=vec > 1)
+    _schedule_apop(sch, skip=2, xt=xt)

@@ -1,0 +1,102 @@
+"""Time single bitserial conv layers (ResNet18 shapes) on the host; dump the aarch64 inner loop.
+
+    .venv/bin/python tools/bench_bitserial.py [--layers 56,28,14,7] [--ab 2 --wb 1] [--asm DIR]
+
+A developer's loop for the kernels in edge_sdk/compiler/ops/bitserial.py: per-layer host time
+(1 thread, best of 7 process-CPU-time means) and the binary GOPS it reaches, and with --asm the aarch64 .so
+and its disassembly, to look for `cnt`/`uadalp` and spills in the inner loop.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# ResNet18 at 224: (name, H=W of input, C, O, kernel, stride, pad)
+LAYERS = {
+    "56": ("layer1 3x3 64->64 @56", 56, 64, 64, 3, 1, 1),
+    "28": ("layer2 3x3 128->128 @28", 28, 128, 128, 3, 1, 1),
+    "14": ("layer3 3x3 256->256 @14", 14, 256, 256, 3, 1, 1),
+    "7": ("layer4 3x3 512->512 @7", 7, 512, 512, 3, 1, 1),
+    "s2": ("layer2.0 3x3/2 64->128 @56", 56, 64, 128, 3, 2, 1),
+    "d": ("layer2.0 down 1x1/2 64->128 @56", 56, 64, 128, 1, 2, 0),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", default="56,28,14,7")
+    ap.add_argument("--ab", type=int, default=2)
+    ap.add_argument("--wb", type=int, default=1)
+    ap.add_argument("--word", default=None)
+    ap.add_argument("--unfused", action="store_true", help="int32 accumulators out (no glue)")
+    ap.add_argument("--asm", default=None, help="write the pi3 .so and its disassembly here")
+    args = ap.parse_args()
+    os.environ.setdefault("TVM_NUM_THREADS", "1")
+    import tvm
+
+    from edge_sdk.compiler.ops import bitserial as ops
+    from edge_sdk.targets import get_target
+
+    host, pi3 = get_target("host"), get_target("pi3")
+    for key in args.layers.split(","):
+        name, hw, c, o, k, s, p = LAYERS[key]
+        spec = dict(batch=1, height=hw, width=hw, channels=c, filters=o, kernel=k, stride=s, padding=p,
+                    a_bits=args.ab, w_bits=args.wb, mode="unipolar")
+        if args.word:
+            spec["word"] = args.word
+            spec["out_word"] = args.word
+        if not args.unfused:
+            spec.update(glue_out_bits=args.ab, out_word=spec.get("out_word", "uint32"))
+        func = ops.conv2d_prim_func(arch=host.arch, **spec)
+        ex = ops.build(func, target=host)
+        f = ex.mod["main"]
+        ins, out = ops.conv2d_compute(**spec)
+        bufs = [*ins, out]
+        rng = np.random.default_rng(0)
+        targs = []
+        for b in bufs:
+            shape = [int(d) for d in b.shape]
+            if b is out:
+                targs.append(tvm.runtime.tensor(np.zeros(shape, str(b.dtype))))
+                continue
+            if str(b.dtype) == "int32" and len(shape) == 1:
+                targs.append(tvm.runtime.tensor(np.zeros(shape, "int32")))
+            else:
+                info = np.iinfo(str(b.dtype))
+                targs.append(tvm.runtime.tensor(rng.integers(0, min(info.max, 1 << 30), shape, dtype=str(b.dtype))))
+        fn = ex.mod["main"]
+        fn(*targs)
+        runs = []
+        for _ in range(7):  # process CPU time, not wall: the machine is shared, preemption is not ours
+            t0 = time.process_time()
+            for _ in range(5):
+                fn(*targs)
+            runs.append((time.process_time() - t0) / 5)
+        med = float(np.min(runs))
+        oh = (hw + 2 * p - k) // s + 1
+        bops = 2 * oh * oh * o * k * k * c * args.ab * args.wb
+        print(f"{name:34s} {med * 1e3:8.3f} ms  {bops / med / 1e9:7.1f} binary GOPS", flush=True)
+        if args.asm:
+            d = Path(args.asm)
+            d.mkdir(parents=True, exist_ok=True)
+            lib = d / f"conv{key}.so"
+            ops.build(ops.conv2d_prim_func(arch=pi3.arch, **spec), target=pi3).export_library(
+                str(lib), fcompile=pi3.compiler())
+            asm = subprocess.run(["aarch64-linux-gnu-objdump", "-d", "--no-show-raw-insn", str(lib)], check=True,
+                                 capture_output=True, text=True).stdout
+            (d / f"conv{key}.s").write_text(asm)
+            ops_ = [ln.split("\t")[1] for ln in asm.splitlines() if ln.count("\t") >= 1 and ln.startswith(" ")]
+            print(f"   aarch64: {len(ops_)} instrs, cnt {ops_.count('cnt')}, uadalp {ops_.count('uadalp')}, "
+                  f"uaddlp {ops_.count('uaddlp')}, ldr/str sp {asm.count('[sp')}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
