@@ -130,3 +130,9 @@ def test_int8_variant_refuses_a_float_model(capsys, data_dir, tmp_path):
                                  "-o", str(tmp_path / "x.edgepkg")])
     assert code == 4 and "awkward_37x30_float.tflite" in err and "full-integer" in err
     assert not (tmp_path / "x.edgepkg").exists()
+
+
+def test_larq_model_with_another_variant_is_refused(capsys, data_dir, tmp_path):
+    code, _, err = _run(capsys, ["compile", str(data_dir / "lce" / "model_lce.tflite"), "--variant", "int8",
+                                 "-o", str(tmp_path / "x.edgepkg")])
+    assert code == 4 and "model_lce.tflite is a Larq binary model" in err and "--variant w1a1" in err

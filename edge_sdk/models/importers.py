@@ -119,17 +119,36 @@ def load_tflite_int8(path: Path) -> Model:
                  preprocess=pre, source=str(path), options={"input_quantization": spec["quantization"]})
 
 
+def _is_float_tflite(path: Path) -> bool:
+    """A float .tflite: float32 input and no QUANTIZE op (a full-int8 file has int8 input or a QUANTIZE first)."""
+    import tflite
+
+    buf = path.read_bytes()
+    try:
+        m = tflite.Model.GetRootAsModel(buf, 0)
+        sub = m.Subgraphs(0)
+        if sub.Tensors(sub.Inputs(0)).Type() != 0:
+            return False
+        codes = {max(m.OperatorCodes(i).BuiltinCode(), m.OperatorCodes(i).DeprecatedBuiltinCode())
+                 for i in range(m.OperatorCodesLength())}
+    except Exception as e:  # noqa: BLE001 - flatbuffers raises anything on garbage; we re-raise with the file
+        raise ModelError(f"{path}: not a valid .tflite file ({type(e).__name__}: {e})") from e
+    return tflite.BuiltinOperator.QUANTIZE not in codes
+
+
 def load_model_file(path: Path, *, family: str = "float") -> Model:
     """Load a model file for a variant family ("float", "int8", "bitserial")."""
     if not path.is_file():
         raise ModelError(f"{path}: no such model file")
     suffix = path.suffix.lower()
-    if suffix == ".tflite" and family == "int8":
-        return load_tflite_int8(path)
     if suffix == ".tflite":
         from edge_sdk.models.lce import is_lce_file, load_lce
 
-        return load_lce(path) if is_lce_file(path) else load_tflite(path)
+        if is_lce_file(path):  # the bitserial backend refuses any variant but w1a1 with a clear message
+            return load_lce(path)
+        if family == "int8":  # a float file is quantized by the int8 backend (PTQ)
+            return load_tflite(path) if _is_float_tflite(path) else load_tflite_int8(path)
+        return load_tflite(path)
     if suffix == ".onnx":
         return load_onnx(path)
     raise ModelError(f"{path}: unknown model format '{suffix}' (expected .tflite or .onnx, or a zoo name)")
