@@ -130,8 +130,12 @@ def _eval_call(call, args):
     raise ModelError(f"reference: op '{op}' is not supported by the numpy reference")
 
 
-def evaluate(mod, x: np.ndarray) -> np.ndarray:
-    """Run mod["main"] (one input, weights as constants) in numpy float64; return float32."""
+def evaluate(mod, x: np.ndarray, *, trace: dict | None = None) -> np.ndarray:
+    """Run mod["main"] (one input, weights as constants) in numpy float64; return float32.
+
+    With `trace`, every bound variable's float64 value is stored there (keyed by the relax.Var):
+    post-training quantization calibrates activation ranges and measures per-layer error with it.
+    """
     from tvm import relax
     from tvm.ir.expr import GenericConst
 
@@ -162,6 +166,8 @@ def evaluate(mod, x: np.ndarray) -> np.ndarray:
                 env[b.var] = tuple(value(f) for f in v.fields)
             else:
                 raise ModelError(f"reference: unsupported binding {type(v).__name__}")
+    if trace is not None:
+        trace.update(env)
     out = value(body.body)
     if isinstance(out, tuple):
         out = out[0]

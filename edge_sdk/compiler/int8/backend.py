@@ -1,7 +1,10 @@
 """Full-int8 .tflite -> Relax VM executable of integer kernels, with the same export/runner path as float.
 
-    compile_int8(path, target) -> (executable, params, input_spec)
+    compile_int8(path or Int8Graph, target) -> (executable, params, input_spec)
     lower_int8(model, variant, target, *, progress, seed) -> build.Lowered   (compile_model's int8 backend)
+
+lower_int8 takes a full-int8 .tflite as it is, or quantizes a float model first (quant/ptq.py:
+calibration from model.options["calibrate"], a folder of images, or seeded random frames).
 
 Each op of the Int8Graph (edge_sdk.models.tflite_int8) becomes one call_tir to a PrimFunc we
 scheduled (kernels.py for conv/depthwise/dense with the requantize fused in; glue.py for the rest);
@@ -20,7 +23,7 @@ from tvm import relax
 from edge_sdk.compiler.int8 import glue, kernels
 from edge_sdk.compiler.lower import lift_params
 from edge_sdk.compiler.ops.common import simd_of
-from edge_sdk.errors import CompileError, ModelError
+from edge_sdk.errors import CompileError, ModelError, UsageError
 from edge_sdk.models.tflite_int8 import Int8Graph, add_params, conv_params, op_act, read_int8_tflite
 
 
@@ -98,7 +101,9 @@ def build_relax(g: Int8Graph, target: tvm.target.Target) -> tuple[tvm.IRModule, 
                     args = [env[i] for i in op.inputs[:2 if op.kind == "ADD" else 1]]
                     args += [relax.const(c) for c in k.consts]
                     val = bb.emit(relax.call_tir(gv, args, relax.TensorType(k.out_shape, k.out_dtype)))
-                    if tuple(k.out_shape) != tuple(t_out.shape):
+                    if k.out_shape[-1] > t_out.shape[-1]:  # the GEMM's channel padding
+                        val = bb.emit(relax.op.strided_slice(val, [len(k.out_shape) - 1], [0], [t_out.shape[-1]]))
+                    if tuple(k.out_shape[:-1]) + (t_out.shape[-1],) != tuple(t_out.shape):
                         val = bb.emit(relax.op.reshape(val, t_out.shape))
                 elif op.kind in ("RESHAPE", "SQUEEZE"):
                     val = bb.emit(relax.op.reshape(env[op.inputs[0]], t_out.shape))
@@ -115,14 +120,15 @@ def build_relax(g: Int8Graph, target: tvm.target.Target) -> tuple[tvm.IRModule, 
     return bb.get(), counts
 
 
-def compile_int8(path: Path, target, *, progress=None):
-    """Compile a full-int8 .tflite for an edge_sdk Target.
+def compile_int8(path: Path | Int8Graph, target, *, progress=None):
+    """Compile a full-int8 .tflite (or an Int8Graph already read or built by PTQ) for an edge_sdk Target.
 
     Returns (executable, params, input_spec): "main" takes (input, p0000, p0001, ...); input_spec is
     Int8Graph.input_spec() (shape, dtype and, for int8 inputs, scale/zero point for the manifest).
     """
     say = progress or (lambda _msg: None)
-    g = read_int8_tflite(Path(path))
+    g = path if isinstance(path, Int8Graph) else read_int8_tflite(Path(path))
+    path = g.path
     tvm_target = target.tvm_target()
     t0 = time.perf_counter()
     try:
@@ -156,10 +162,13 @@ def lower_int8(model, variant, target, *, progress, seed: int):
     from edge_sdk.compiler.build import Lowered
     from edge_sdk.runtime.litert import run_tflite
 
+    calibrate = model.options.get("calibrate")
+    if model.mod is not None:  # a float model: post-training quantization first
+        return _lower_ptq(model, target, progress=progress, seed=seed,
+                          images=Path(calibrate) if calibrate else None)
     src = Path(model.source)
-    if src.suffix != ".tflite":
-        raise ModelError(f"{model.source}: the int8 variant compiles full-integer .tflite files; post-training "
-                         "quantization of float models is not implemented yet")
+    if calibrate:
+        raise UsageError(f"{model.source} is already a full-integer model: --calibrate applies to float models")
     g = read_int8_tflite(src)
     x = example_input(g, seed=seed)
     golden = run_tflite(src, x, reference_kernels=True)
@@ -170,3 +179,24 @@ def lower_int8(model, variant, target, *, progress, seed: int):
     return Lowered(ex, params, x, golden, "litert-builtin-ref", input_quantization=spec["quantization"],
                    extra={"output_quantization": g.output_spec()["quantization"]}, rtol=0.0, atol=0.0,
                    layers=int8_layer_table(g))
+
+
+def _lower_ptq(model, target, *, progress, seed: int, images: Path | None):
+    """Float model -> PTQ Int8Graph -> integer kernels; golden pair from the numpy int8 reference (exact)."""
+    from edge_sdk.compiler.build import Lowered
+    from edge_sdk.compiler.int8.layers import int8_layer_table
+    from edge_sdk.models.tflite_int8 import run_reference
+    from edge_sdk.quant.calibration import format_report, quantize_model
+    from edge_sdk.quant.int8 import quantize
+
+    res = quantize_model(model, images=images, seed=seed, progress=progress)
+    progress(format_report(res.report))
+    g = res.graph
+    t_in = g.tensors[g.inputs[0]]
+    x = quantize(model.example_input(seed=seed), t_in.q.s, t_in.q.z)
+    golden = run_reference(g, x)
+    progress("golden output from the numpy int8 reference of the quantized graph; compiling integer kernels")
+    ex, params, spec = compile_int8(g, target, progress=progress)
+    return Lowered(ex, params, x, golden, "numpy-int8-ptq", input_quantization=spec["quantization"],
+                   extra={"output_quantization": g.output_spec()["quantization"], "ptq": res.report},
+                   rtol=0.0, atol=0.0, layers=int8_layer_table(g))
