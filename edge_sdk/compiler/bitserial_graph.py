@@ -12,9 +12,11 @@ later pass merges or reschedules it. Weights are numpy-packed constants (lifted 
 
 fused:   quantize+bitpack after the stem; each conv's glue (and the block's residual add) and the
          bitpack run in the conv's epilogue: only packed codes travel between binary layers.
-unfused: each conv writes int32 accumulators; the glue is separate float ops (astype, multiply,
-         add, floor, add shortcut, clip) and a separate bitpack; the float codes of a block input
-         are kept for its identity shortcut.
+unfused: each conv writes int32 accumulators; the glue is separate float ops (to float, scale,
+         bias, floor, add shortcut, clip, to int) and a separate bitpack, each its own kernel that
+         reads and writes a whole tensor (Riptide's unfused layers), each scheduled (parallel rows,
+         vectorized channels, ops/bitserial_io.py) and opaque to FuseOps: fused vs unfused measures
+         fusion, not TVM's default loops. The float codes of a block input are kept for its shortcut.
 """
 from __future__ import annotations
 
@@ -78,23 +80,40 @@ class _Emitter:
         g = conv.glue
         return [self.const(v, "int32") for v in (g.lshift, g.offset, g.rshift)]
 
+    def glue_op(self, kind: str, x, *others, clip_max: float | None = None):
+        """One unfused glue op as its own scheduled kernel (ops/bitserial_io.glue_op_prim_func)."""
+        relax = self.relax
+        args = [x, *others]
+        shapes = [[int(d) for d in a.ty.shape] for a in args]
+        dtypes = [str(a.ty.dtype) for a in args]
+        key = ("glue", kind, str(shapes), str(dtypes), clip_max)
+        if key not in self.funcs:
+            func = io.glue_op_prim_func(kind, shapes[0], arg_shapes=shapes, arg_dtypes=dtypes, clip_max=clip_max)
+            self.funcs[key] = self.bb.add_func(func, f"bitserial_glue_{kind}")
+        out_dtype = "int32" if kind == "to_int" else "float32"
+        return self.bb.emit(relax.call_tir(self.funcs[key], args, relax.TensorType(shapes[0], out_dtype)))
+
     def pack(self, codes_f):
         """Float codes -> packed words (the unfused graph's separate bitpack)."""
-        op = self.relax.op
-        ints = self.bb.emit(op.astype(codes_f, "int32"))
-        return self.bb.emit_te(lambda t: ops.bitpack(t, bits=self.net.a_bits, word=self.word), ints,
-                               primfunc_name_hint="bitserial_pack")
+        ints = self.glue_op("to_int", codes_f)
+        shape = [int(d) for d in ints.ty.shape]
+        key = ("pack", str(shape))
+        if key not in self.funcs:
+            func = io.bitpack_prim_func(shape, bits=self.net.a_bits, word=self.word)
+            self.funcs[key] = self.bb.add_func(func, "bitserial_pack")
+        wb = ops.WORD_BITS[self.word]
+        ty = self.relax.TensorType((*shape[:3], -(-shape[3] // wb), self.net.a_bits), self.word)
+        return self.bb.emit(self.relax.call_tir(self.funcs[key], [ints], ty))
 
     def float_glue(self, conv, acc):
-        """floor(acc * M + (B + 1/2)) in float32: the unfused glue before its clip."""
-        op = self.relax.op
-        z = self.bb.emit(op.astype(acc, "float32"))
-        z = self.bb.emit(op.multiply(z, self.const(conv.mult, "float32")))
-        z = self.bb.emit(op.add(z, self.const(conv.bias_half, "float32")))
-        return self.bb.emit(op.floor(z))
+        """floor(acc * M + (B + 1/2)) in float32: the unfused glue before its clip, one kernel per op."""
+        z = self.glue_op("to_float", acc)
+        z = self.glue_op("scale", z, self.const(conv.mult, "float32"))
+        z = self.glue_op("bias", z, self.const(conv.bias_half, "float32"))
+        return self.glue_op("floor", z)
 
     def clip(self, t):
-        return self.bb.emit(self.relax.op.clip(t, 0.0, float(self.qmax)))
+        return self.glue_op("clip", t, clip_max=float(self.qmax))
 
     # -- the network --------------------------------------------------------------------------
     def stem(self, x):
@@ -152,15 +171,14 @@ class _Emitter:
                 return self.conv(b.conv2, h, glue_out=True, residual="glue",
                                  res_args=[acc_d, *self.glue_consts(b.down)]), None
             return self.conv(b.conv2, h, glue_out=True, residual="codes", res_args=[p], res_lshift=b.res_lshift), None
-        op = self.relax.op
         h = self.pack(self.clip(self.float_glue(b.conv1, self.conv(b.conv1, p, glue_out=False))))
         t = self.float_glue(b.conv2, self.conv(b.conv2, h, glue_out=False))
         if b.down is not None:
             res = self.float_glue(b.down, self.conv(b.down, p, glue_out=False))
         else:
-            res = qf if not b.res_lshift else self.bb.emit(op.multiply(qf, self.relax.const(
-                float(1 << b.res_lshift), "float32")))
-        q = self.clip(self.bb.emit(op.add(t, res)))
+            res = qf if not b.res_lshift else self.glue_op("scale", qf, self.const(
+                np.full(int(qf.ty.shape[-1]), 1 << b.res_lshift), "float32"))
+        q = self.clip(self.glue_op("add", t, res))
         return self.pack(q), q
 
     def head(self, p, output: str):

@@ -58,3 +58,59 @@ def unpack_mean_compute(p, *, channels: int, step: float):
                        name="code_sum")
     scale = step / (h * w)
     return te.compute(total.shape, lambda n, c: total[n, c].astype("float32") * scale, name="dequant_mean")
+
+
+# ---- the unfused ablation's glue: one scheduled kernel per float op ----------------------------
+
+GLUE_OPS = {  # kind -> (output dtype, f(x, *others at the same index / per channel))
+    "to_float": ("float32", lambda x: x.astype("float32")),
+    "scale": ("float32", lambda x, m: x * m),
+    "bias": ("float32", lambda x, b: x + b),
+    "floor": ("float32", lambda x: __import__("tvm").tirx.floor(x)),
+    "add": ("float32", lambda x, y: x + y),
+    "to_int": ("int32", lambda x: x.astype("int32")),
+}
+
+
+def glue_op_prim_func(kind: str, shape, *, arg_shapes, arg_dtypes, clip_max: float | None = None, lanes: int = 8):
+    """One separate, scheduled elementwise glue op (the unfused ablation, Riptide's separate layers).
+
+    Arguments of shape `shape` are read at the same index, 1-D ones per channel (last axis). Scheduled
+    like any kernel we ship: rows in parallel, channels vectorized, so that fused vs unfused measures
+    fusion (memory passes, float tensors) and not TVM's default loops. Marked opaque: FuseOps must
+    not merge the ops back together.
+    """
+    from tvm import s_tir, te, tirx
+
+    ins = [te.placeholder(tuple(s), d, name=f"in{i}") for i, (s, d) in enumerate(zip(arg_shapes, arg_dtypes))]
+    if kind == "clip":
+        dtype, f = "float32", lambda x: tirx.max(tirx.min(x, tirx.const(clip_max, "float32")),
+                                                 tirx.const(0.0, "float32"))
+    else:
+        dtype, f = GLUE_OPS[kind]
+
+    def body(*idx):
+        vals = [t[idx] if len(t.shape) == len(idx) else t[idx[-1]] for t in ins]
+        return f(*vals).astype(dtype)
+
+    out = te.compute(tuple(shape), body, name="glue_op")
+    sch = s_tir.Schedule(te.create_prim_func([*ins, out]))
+    loops = sch.get_loops(sch.get_sblock("glue_op"))
+    if len(loops) > 2:
+        sch.parallel(sch.fuse(*loops[:-2]))
+    c = int(shape[-1])
+    if c % lanes == 0:
+        _, ci = sch.split(loops[-1], [None, lanes])
+        sch.vectorize(ci)
+    return sch.mod["main"].with_attrs({"tirx.is_scheduled": True, "op_pattern": 8, "tirx.noalias": True})
+
+
+def bitpack_prim_func(shape, *, bits: int, word: str):
+    """The unfused graph's separate bitpack of int32 codes (N, H, W, C): rows in parallel, bit loop unrolled."""
+    from tvm import s_tir, te
+
+    x = te.placeholder(tuple(shape), "int32", name="codes")
+    sch = s_tir.Schedule(te.create_prim_func([x, bitpack(x, bits=bits, word=word, name="pack")]))
+    loops = sch.get_loops(sch.get_sblock("pack"))  # n, h, w, word, bit, k
+    sch.parallel(sch.fuse(loops[0], loops[1]))
+    return sch.mod["main"].with_attrs({"tirx.is_scheduled": True, "op_pattern": 8, "tirx.noalias": True})
