@@ -67,6 +67,8 @@ def add_compile_parser(sub) -> None:
     p.add_argument("--variant", default="float32", help="float32 (int8, w1a2, ... as they land)")
     p.add_argument("--target", default="host", help="host, pi3, pi-zero2w, pi4")
     p.add_argument("-o", "--output", type=Path, required=True, help="the .edgepkg file to write")
+    p.add_argument("--calibrate", type=Path, metavar="DIR", help="int8 of a float model: calibrate activation "
+                   "ranges on the images in DIR (default: seeded random frames, with a warning)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(drive=drive_compile)
 
@@ -79,10 +81,14 @@ def drive_compile(args) -> int:
     variant, target = get_variant(args.variant), get_target(args.target)
     if args.output.suffix != ".edgepkg":
         raise UsageError(f"{args.output}: the output file must end in .edgepkg")
+    if args.calibrate is not None and (variant.family != "int8" or not args.calibrate.is_dir()):
+        raise UsageError(f"--calibrate {args.calibrate}: needs --variant int8 and a folder of images")
     target.compiler()  # a missing cross compiler fails before the model is built
     console = _console()
     with console.status(f"loading {args.model}") as status:
         model = load_model(args, family=variant.family)
+        if args.calibrate is not None:
+            model.options["calibrate"] = str(args.calibrate)
 
         def progress(msg: str) -> None:
             status.update(f"{model.name} {variant.name} -> {target.name}: {msg}")
