@@ -219,3 +219,44 @@ def test_nchw_model_is_refused_by_name():
     model = load_model_file(DATA / "small_cnn.onnx", family="int8")
     with pytest.raises(ModelError, match="small_cnn.onnx.*NHWC"):
         _quantize(model)
+
+
+def _conv_bn_model():
+    """A hand-built NHWC Relax net with an unfolded batch_norm (what an importer may leave), conv -> BN -> ReLU."""
+    import tvm
+    from tvm import relax
+
+    from edge_sdk.models.base import Model, Preprocess
+
+    rng = np.random.default_rng(0)
+    c = lambda a: relax.const(tvm.runtime.tensor(np.asarray(a, np.float32)))  # noqa: E731
+    x = relax.Var("input", relax.TensorType((1, 12, 12, 3), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(x, c(rng.normal(0, 0.5, (3, 3, 3, 8))), padding=(1, 1, 1, 1),
+                                           data_layout="NHWC", kernel_layout="HWIO"))
+            bn = bb.emit(relax.op.nn.batch_norm(y, c(rng.uniform(0.5, 2, 8)), c(rng.normal(0.5, 0.2, 8)),
+                                                c(rng.normal(0, 1, 8)), c(rng.uniform(0.5, 2, 8)), axis=3, epsilon=1e-3))
+            y = bb.emit(relax.op.nn.relu(bb.emit(relax.TupleGetItem(bn, 0))))
+            y = bb.emit(relax.op.mean(y, axis=[1, 2]))
+            y = bb.emit(relax.op.add(relax.op.matmul(y, c(rng.normal(0, 0.5, (8, 4)))), c(np.zeros(4))))
+            out = bb.emit_output(bb.emit(relax.op.nn.softmax(y)))
+        bb.emit_func_output(out)
+    mod = relax.transform.Normalize()(bb.get())
+    return Model("bn_net", mod, "input", (1, 12, 12, 3), "float32", Preprocess(12, 12), "test:bn_net")
+
+
+@pytest.mark.parametrize("method", ["minmax", "percentile"])
+def test_batch_norm_is_folded_into_the_conv(method):
+    from edge_sdk.compiler.reference import evaluate
+    from edge_sdk.models.tflite_int8 import run_reference
+    from edge_sdk.quant import int8 as q8
+
+    model = _conv_bn_model()
+    res = _quantize(model, method=method)
+    assert [op.kind for op in res.graph.ops] == ["CONV_2D", "MEAN", "FULLY_CONNECTED", "SOFTMAX"]
+    assert res.graph.ops[0].opts["act"] == 1 and len(res.graph.ops[0].inputs) == 3  # ReLU fused, bias from BN
+    for x, xq in _held_out(model, res, seeds=(7, 8)):
+        d = q8.dequantize(run_reference(res.graph, xq), 1 / 256, -128)
+        assert np.abs(d - evaluate(model.mod, x)).max() < 0.02
