@@ -69,3 +69,25 @@ def clamp_int8(v, lo: int = -128, hi: int = 127):
     return tirx.max(tirx.min(v, i64(hi)), i64(lo)).astype("int8")
 
 
+
+
+def mbqm32(x, multiplier, right_shift):
+    """MultiplyByQuantizedMultiplier for left shift 0 and a positive multiplier, in 32-bit lanes but one
+    widening multiply: equal to mbqm there, and what a vectorized epilogue can afford.
+
+    SRDHM's nudge-and-truncate, (ab + (ab >= 0 ? 2^30 : 1 - 2^30)) / 2^31 rounded toward zero, equals
+    floor((ab + 2^30) / 2^31) for every int64 ab (for ab < 0, trunc((ab + 1 - 2^30) / 2^31) is
+    ceil of that, which is floor((ab + 2^30) / 2^31)); with b > 0 the INT32_MIN * INT32_MIN saturation
+    cannot occur. That is ARM's sqrdmulh, and on x86 the shift needs only the low 32 bits of the result
+    (a logical 64-bit shift). RoundingDivideByPOT then runs on int32 as in gemmlowp.
+    """
+    ab = x.astype("int64") * multiplier.astype("int64")
+    h = ((ab + tirx.const(1 << 30, "int64")) >> tirx.const(31, "int64")).astype("int32")
+    one = tirx.const(1, "int32")
+    mask = (one << right_shift) - one
+    threshold = (mask >> one) + ((h >> tirx.const(31, "int32")) & one)
+    return (h >> right_shift) + ((h & mask) > threshold).astype("int32")
+
+
+def clamp_int8_32(v, lo: int = -128, hi: int = 127):
+    return tirx.max(tirx.min(v, tirx.const(hi, "int32")), tirx.const(lo, "int32")).astype("int8")

@@ -17,6 +17,7 @@ import tvm
 from tvm import s_tir, te, tirx
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
+from edge_sdk.compiler.int8 import dwconv, gemm
 from edge_sdk.compiler.ops.common import Simd, finish, largest_divisor
 
 
@@ -80,8 +81,46 @@ def _schedule_tiled(sch, simd: Simd, *, oh: int, ow: int, oc: int, red: int, has
         sch.parallel(sch.fuse(pa, py))
 
 
+def _gemm_kernel(x_shape, w_hwio: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, simd: Simd, name: str,
+                 **conv) -> Kernel | None:
+    """The register-tiled int16/int32 GEMM (gemm.py) for a conv or dense layer, or None when a channel's
+    multiplier needs a left shift (real multiplier >= 1: the 32-bit epilogue assumes none)."""
+    shift = np.asarray(shift, np.int64)
+    if np.any(shift > 0) or np.any(np.asarray(mult, np.int64) <= 0):
+        return None
+    co = w_hwio.shape[-1]
+    b = (np.zeros(co, np.int64) if bias is None else bias.astype(np.int64)) \
+        - in_zp * w_hwio.astype(np.int64).reshape(-1, co).sum(0)
+    func, wp, npad = gemm.conv_gemm(x_shape, w_hwio, in_zp=in_zp, out_zp=out_zp, act=act, simd=simd, name=name, **conv)
+
+    def padded(v):
+        out = np.zeros(npad, np.int32)
+        out[:co] = v
+        return out
+
+    m = x_shape[0] if len(x_shape) == 2 else x_shape[0] * conv["out_hw"][0] * conv["out_hw"][1]
+    return Kernel(func, [wp, padded(b), padded(mult), padded(-shift)], (m, npad))
+
+
 def conv2d(x_shape, w_ohwi: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, stride, dilation, padding,
            simd: Simd, name: str) -> Kernel:
+    """Conv as im2col GEMM (out (N*OH*OW, COpad): the caller reshapes and slices)."""
+    from edge_sdk.quant.int8 import _pads
+
+    n, h, w, ci = x_shape
+    co, kh, kw, _ = w_ohwi.shape
+    oh, ow, pads = _pads(x_shape, kh, kw, stride, dilation, padding)
+    k = _gemm_kernel(tuple(x_shape), np.ascontiguousarray(w_ohwi.transpose(1, 2, 3, 0)), bias, in_zp=in_zp,
+                     mult=mult, shift=shift, out_zp=out_zp, act=act, simd=simd, name=name, stride=tuple(stride),
+                     dilation=tuple(dilation), pads=pads, out_hw=(oh, ow))
+    return k if k is not None else conv2d_direct(x_shape, w_ohwi, bias, in_zp=in_zp, mult=mult, shift=shift,
+                                                 out_zp=out_zp, act=act, stride=stride, dilation=dilation,
+                                                 padding=padding, simd=simd, name=name)
+
+
+def conv2d_direct(x_shape, w_ohwi: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, stride, dilation, padding,
+                  simd: Simd, name: str) -> Kernel:
+    """The int64-epilogue direct conv: any requantize shift (the GEMM path's fallback)."""
     from edge_sdk.quant.int8 import _pads
 
     n, h, w, ci = x_shape
@@ -109,6 +148,27 @@ def conv2d(x_shape, w_ohwi: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act
 
 def depthwise(x_shape, w_1hwc: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, stride, padding,
               depth_multiplier: int, simd: Simd, name: str) -> Kernel:
+    """Depthwise with the 32-bit epilogue (dwconv.py), else the int64-epilogue loop nest."""
+    from edge_sdk.quant.int8 import _pads
+
+    shift = np.asarray(shift, np.int64)
+    if np.any(shift > 0) or np.any(np.asarray(mult, np.int64) <= 0):
+        return depthwise_direct(x_shape, w_1hwc, bias, in_zp=in_zp, mult=mult, shift=shift, out_zp=out_zp, act=act,
+                                stride=stride, padding=padding, depth_multiplier=depth_multiplier, simd=simd,
+                                name=name)
+    _, kh, kw, co = w_1hwc.shape
+    oh, ow, pads = _pads(x_shape, kh, kw, stride, (1, 1), padding)
+    w_hwc = np.ascontiguousarray(w_1hwc[0])
+    b = (np.zeros(co, np.int64) if bias is None else bias.astype(np.int64)) \
+        - in_zp * w_hwc.astype(np.int64).sum((0, 1))
+    func = dwconv.depthwise_i8(tuple(x_shape), w_hwc, in_zp=in_zp, out_zp=out_zp, act=act, stride=tuple(stride),
+                               pads=pads, out_hw=(oh, ow), depth_multiplier=depth_multiplier, simd=simd, name=name)
+    return Kernel(func, [w_hwc, b.astype(np.int32), np.asarray(mult, np.int32), (-shift).astype(np.int32)],
+                  (x_shape[0], oh, ow, co))
+
+
+def depthwise_direct(x_shape, w_1hwc: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, stride, padding,
+                     depth_multiplier: int, simd: Simd, name: str) -> Kernel:
     from edge_sdk.quant.int8 import _pads
 
     n, h, w, ci = x_shape
@@ -136,6 +196,15 @@ def depthwise(x_shape, w_1hwc: np.ndarray, bias, *, in_zp, mult, shift, out_zp, 
 
 
 def dense(batch: int, w_ok: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, simd: Simd, name: str) -> Kernel:
+    """Fully connected as the GEMM (out (batch, COpad)), else the int64-epilogue loop nest."""
+    k = _gemm_kernel((batch, w_ok.shape[1]), np.ascontiguousarray(w_ok.T).reshape(1, 1, *w_ok.T.shape), bias,
+                     in_zp=in_zp, mult=mult, shift=shift, out_zp=out_zp, act=act, simd=simd, name=name)
+    return k if k is not None else dense_direct(batch, w_ok, bias, in_zp=in_zp, mult=mult, shift=shift,
+                                                out_zp=out_zp, act=act, simd=simd, name=name)
+
+
+def dense_direct(batch: int, w_ok: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, simd: Simd,
+                 name: str) -> Kernel:
     co, k = w_ok.shape
     w_ko = np.ascontiguousarray(w_ok.T)
     b = (np.zeros(co, np.int64) if bias is None else bias.astype(np.int64)) - in_zp * w_ok.astype(np.int64).sum(1)

@@ -1,0 +1,84 @@
+"""int8 depthwise conv2d (NHWC, any depth multiplier) with the requantize fused: the float depthwise
+schedule (ops/depthwise.py) on integers.
+
+Few operations per byte, so it is about streaming: channels innermost and vectorized (two int32
+vectors), a short run of output pixels unrolled so each weight vector stays in a register, the taps
+unrolled, the zero-point padding inlined as a guarded load (no padded copy), rows in parallel.
+The product int32(int8 x) * int32(int8 w) has >= 17 sign bits in each factor, so x86 LLVM emits
+vpmaddwd for it and aarch64 smull/smlal; the epilogue is gemm's: bias in its own block (keeps it int32),
+fixedpoint.mbqm32, zero point, clamp, int8.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import s_tir, te, tirx
+
+from edge_sdk.compiler.int8 import fixedpoint as fp
+from edge_sdk.compiler.ops.common import Simd, finish, largest_divisor, pick_tile, round_up
+
+
+def depthwise_i8(x_shape, w_hwc: np.ndarray, *, in_zp: int, out_zp: int, act, stride, pads, out_hw,
+                 depth_multiplier: int, simd: Simd, name: str):
+    """PrimFunc (x, w (KH,KW,C*M) int8, bias, mult, rshift (C*M,) int32) -> out (N,OH,OW,C*M) int8."""
+    n, h, w_, cin = x_shape
+    kh, kw, c = w_hwc.shape
+    dm = depth_multiplier
+    oh, ow = out_hw
+    sh, sw = stride
+    pt, _, pl, _ = pads
+    lanes32 = simd.lanes if simd.isa != "avx512" else 16
+    cv = largest_divisor(c, 2 * lanes32)
+    wr = pick_tile(ow, 4)
+    owp = round_up(ow, wr)
+    x = te.placeholder(x_shape, "int8", name="x")
+    wt = te.placeholder((kh, kw, c), "int8", name="w")
+    bt, mt, rt = (te.placeholder((c,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
+    col = (lambda z: te.min(z, ow - 1)) if owp != ow else (lambda z: z)
+    src = (lambda k: k // dm) if dm > 1 else (lambda k: k)
+
+    def tap(a, y, z, ry, rx, k):
+        yy, xx = y * sh + ry - pt, col(z) * sw + rx - pl
+        v = x[a, yy, xx, src(k)]
+        if any(pads):
+            v = tirx.if_then_else(tirx.all(yy >= 0, yy < h, xx >= 0, xx < w_), v, tirx.const(in_zp, "int8"))
+        return v.astype("int32")
+
+    ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
+    acc = te.compute((n, oh, owp, c), lambda a, y, z, k: te.sum(
+        tap(a, y, z, ry, rx, k) * wt[ry, rx, k].astype("int32"), axis=[ry, rx]), name="acc")
+    biased = te.compute((n, oh, owp, c), lambda a, y, z, k: acc[a, y, z, k] + bt[k], name="biased")
+    lo, hi = act
+    out = te.compute((n, oh, ow, c), lambda a, y, z, k: fp.clamp_int8_32(
+        fp.mbqm32(biased[a, y, z, k], mt[k], rt[k]) + tirx.const(out_zp, "int32"), lo, hi), name="out")
+    sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt, out]))
+    cb, bb, ob = sch.get_sblock("acc"), sch.get_sblock("biased"), sch.get_sblock("out")
+    la, ly, lz, lk = sch.get_loops(ob)
+    zo, zi = sch.split(lz, [None, wr])
+    ko, ki = sch.split(lk, [None, cv])
+    sch.reorder(la, ly, zo, ko, zi, ki)
+    sch.parallel(sch.fuse(la, ly))
+    for blk in (bb, cb):
+        sch.compute_at(blk, ko)
+        sch.set_scope(blk, 0, "local")
+    if wr > 1:
+        sch.unroll(zi)
+    sch.vectorize(ki)
+    bl = sch.get_loops(bb)[3:]
+    if wr > 1:
+        sch.unroll(bl[0])
+    if cv > 1:
+        sch.vectorize(bl[-1])
+    inner = sch.get_loops(cb)[3:]
+    kinds = [e for e in (wr, cv) if e > 1]
+    sp, red = inner[:len(kinds)], inner[len(kinds):]
+    if red:
+        sch.reorder(*red, *sp)
+    if cv > 1:
+        sch.vectorize(sp[-1])
+    if wr > 1:
+        sch.unroll(sp[0])
+    for lp in red:
+        sch.unroll(lp)
+    if red:
+        sch.decompose_reduction(cb, red[0])
+    return finish(sch, name)

@@ -1,0 +1,223 @@
+"""int8 convolution / dense as a register-tiled GEMM: int16 operands, int32 accumulators, fused requantize.
+
+The float kernels got fast from a `mr` pixels x `nr` channels block of accumulators held in vector
+registers over the whole reduction, weights pre-packed so each step reads contiguous vectors, and a
+padded tail tile (clamped reads, guarded stores). This is the same kernel for integers:
+
+- A is the im2col view of the NHWC input (rows = output pixels, columns = (ky, kx, c)), widened to
+  int16 once per row tile into a small buffer (padding taps filled with the input zero point, which the
+  folded bias cancels exactly as TFLite skips them); for a 1x1 stride-1 conv it is a plain widening copy.
+- Weights are packed in numpy at compile time, already int16 (exact; no widening in the inner loop).
+- x86 (AVX2): channels in pairs, W (CO/nr, KH, KW, CI/2, nr, 2), and the step is `vpmaddwd`: the pair
+  (a[c], a[c+1]) broadcast as one int32 times 8 channels' weight pairs gives 8 int32 partial sums, two
+  products each (|a*w| <= 2^14, so exact). TVM does not find pmaddwd itself: the 8x2 step is a tensor
+  intrinsic (`llvm.x86.avx2.pmadd.wd`). CI is padded to even with zero weights.
+- aarch64 (NEON, the A53 has no sdot): W (CO/nr, KH, KW, CI, nr) and the step vectorized over channels;
+  LLVM turns int32 += sext(int16 a) * sext(int16 w) into smlal/smlal2 (by element or with ld1r).
+- Epilogue per output: + bias (zero-point cross term folded in) in its own block, so that the sum stays
+  one int32 (inlined, TVM's simplifier rewrote int64(acc + bias) as int64(acc) + int64(bias), and LLVM
+  then could not use the 32x32->64 vpmuldq / smull), then 32-bit fixed-point requantize
+  (fixedpoint.mbqm32, one widening multiply), + output zero point, clamp, int8 store.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import s_tir, te, tirx
+from tvm.script import tirx as T
+
+from edge_sdk.compiler.int8 import fixedpoint as fp
+from edge_sdk.compiler.ops.common import Simd, finish, pick_tile, round_up
+
+PMADDWD_8x2 = "edge_int16_pmaddwd_8x2"
+
+
+@T.prim_func(s_tir=True)
+def _pmaddwd_desc(a: T.Buffer((2,), "int16", offset_factor=1), b: T.Buffer((8, 2), "int16", offset_factor=1),
+                  c: T.Buffer((8,), "int32", offset_factor=1, scope="local")) -> None:
+    with T.sblock("root"):
+        T.reads(c[0:8], a[0:2], b[0:8, 0:2])
+        T.writes(c[0:8])
+        for i in T.serial(0, 8):
+            for k in T.serial(0, 2):
+                with T.sblock("update"):
+                    vi, vk = T.axis.remap("SR", [i, k])
+                    c[vi] = c[vi] + T.cast(a[vk], "int32") * T.cast(b[vi, vk], "int32")
+
+
+@T.prim_func(s_tir=True)
+def _pmaddwd_impl(a: T.Buffer((2,), "int16", offset_factor=1), b: T.Buffer((8, 2), "int16", offset_factor=1),
+                  c: T.Buffer((8,), "int32", offset_factor=1, scope="local")) -> None:
+    with T.sblock("root"):
+        T.reads(c[0:8], a[0:2], b[0:8, 0:2])
+        T.writes(c[0:8])
+        pair = T.reinterpret(a.vload([0], "int16x2"), dtype="int32")
+        c[T.ramp(T.int32(0), 1, 8)] = c[T.ramp(T.int32(0), 1, 8)] + T.call_llvm_pure_intrin(
+            T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"),
+            T.reinterpret(T.broadcast(pair, 8), dtype="int16x16"),
+            b.vload([0, 0], dtype="int16x16"),
+            dtype="int32x8")
+
+
+def _register_intrin() -> None:
+    from tvm.s_tir import TensorIntrin
+
+    if TensorIntrin.get(PMADDWD_8x2, allow_missing=True) is None:
+        TensorIntrin.register(PMADDWD_8x2, _pmaddwd_desc, _pmaddwd_impl)
+
+
+def uses_pairs(simd: Simd) -> bool:
+    return simd.isa in ("avx2", "avx512")
+
+
+def tile_of(simd: Simd, m: int) -> tuple[int, int]:
+    """(mr, nr): x86 6 pixels x 16 channels (12 ymm accumulators of 16); NEON 6 x 16 (24 of 32 q
+    registers; each k step: 2 weight loads, 6 broadcasts, 24 smlal). A lone row takes wider nr."""
+    if m == 1:
+        return 1, 64
+    return pick_tile(m, 6), 16
+
+
+def pack_weight(w_hwio: np.ndarray, nr: int, *, pairs: bool) -> np.ndarray:
+    """(KH, KW, CI, CO) int8 -> int16 (CO/nr, KH, KW, CI/2, nr, 2) with pairs, else (CO/nr, KH, KW, CI, nr);
+    CO padded to nr and (pairs) CI to even, with zero weights."""
+    kh, kw, ci, co = w_hwio.shape
+    cip, cop = (round_up(ci, 2) if pairs else ci), round_up(co, nr)
+    w = np.zeros((kh, kw, cip, cop), np.int16)
+    w[:, :, :ci, :co] = w_hwio
+    w = w.reshape(kh, kw, cip, cop // nr, nr)
+    if pairs:
+        return np.ascontiguousarray(w.reshape(kh, kw, cip // 2, 2, cop // nr, nr).transpose(4, 0, 1, 2, 5, 3))
+    return np.ascontiguousarray(w.transpose(3, 0, 1, 2, 4))
+
+
+def conv_gemm(x_shape, w_hwio: np.ndarray, *, in_zp: int, out_zp: int, act, stride=(1, 1), dilation=(1, 1),
+              pads=(0, 0, 0, 0), out_hw=None, simd: Simd, name: str):
+    """PrimFunc out (M, COpad) int8 = requant(im2col(x) @ W + bias); x NHWC (N,H,W,CI) or (M, K) for dense.
+
+    Returns (func, packed weight, npad). Arguments: x, W, bias, mult, rshift (int32, (npad,)).
+    """
+    kh, kw, ci, co = w_hwio.shape
+    pairs = uses_pairs(simd)
+    dense = len(x_shape) == 2
+    if dense:
+        m = x_shape[0]
+        oh, ow = 1, m
+    else:
+        n, h, w_, _ = x_shape
+        oh, ow = out_hw
+        m = n * oh * ow
+    mr, nr = tile_of(simd, m)
+    npad = round_up(co, nr)
+    cip = round_up(ci, 2) if pairs else ci
+    mp = round_up(m, mr)
+    (sh, sw), (dh, dw) = stride, dilation
+    pt, _, pl, _ = pads
+    x = te.placeholder(tuple(x_shape), "int8", name="x")
+    wp = pack_weight(w_hwio, nr, pairs=pairs)
+    wt = te.placeholder(wp.shape, "int16", name="w")
+    bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
+    zp16 = tirx.const(in_zp, "int16")
+
+    def a16(i, ry, rx, c):
+        i = te.min(i, m - 1) if mp != m else i
+        if dense:
+            val = x[i, c]
+            return val.astype("int16") if cip == ci else tirx.if_then_else(c < ci, val.astype("int16"),
+                                                                          tirx.const(0, "int16"))
+        a, y, z = i // (oh * ow), i // ow % oh, i % ow
+        yy, xx = y * sh + ry * dh - pt, z * sw + rx * dw - pl
+        conds = []
+        if any(pads):
+            conds += [yy >= 0, yy < h, xx >= 0, xx < w_]
+        if cip != ci:
+            conds.append(c < ci)
+        val = x[a, yy, xx, c].astype("int16")
+        return tirx.if_then_else(tirx.all(*conds), val, zp16) if conds else val
+
+    a = te.compute((mp, kh, kw, cip), a16, name="a16")
+    ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
+    if pairs:
+        rp, rt = te.reduce_axis((0, cip // 2), "rp"), te.reduce_axis((0, 2), "rt")
+        acc = te.compute((mp, npad), lambda i, j: te.sum(
+            a[i, ry, rx, rp * 2 + rt].astype("int32") * wt[j // nr, ry, rx, rp, j % nr, rt].astype("int32"),
+            axis=[ry, rx, rp, rt]), name="acc")
+        red = [kh, kw, cip // 2, 2]
+    else:
+        rc = te.reduce_axis((0, ci), "rc")
+        acc = te.compute((mp, npad), lambda i, j: te.sum(
+            a[i, ry, rx, rc].astype("int32") * wt[j // nr, ry, rx, rc, j % nr].astype("int32"),
+            axis=[ry, rx, rc]), name="acc")
+        red = [kh, kw, ci]
+    lo, hi = act
+    biased = te.compute((mp, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
+    out = te.compute((m, npad), lambda i, j: fp.clamp_int8_32(
+        fp.mbqm32(biased[i, j], mt[j], rt_[j]) + tirx.const(out_zp, "int32"), lo, hi), name="out")
+    sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
+    _schedule(sch, mr=mr, nr=nr, m=m, k=kh * kw * cip, npad=npad, red=red, pairs=pairs,
+              widen_vec=(kh, kw) == (1, 1) and cip == ci and not any(pads))
+    return finish(sch, name), wp, npad
+
+
+def _loops_by_extent(sch, block, n_outer: int, extents: list[int]):
+    """The loops of `block` below the first n_outer, matched to `extents` (compute_at drops unit loops;
+    a dropped loop maps to None)."""
+    inner = list(sch.get_loops(block)[n_outer:])
+    out = []
+    for e in extents:
+        out.append(inner.pop(0) if e > 1 else None)
+    assert not inner, "unexpected loop structure"
+    return out
+
+
+def _schedule(sch, *, mr, nr, m, k, npad, red, pairs, widen_vec):
+    ab, cb, ob = sch.get_sblock("a16"), sch.get_sblock("acc"), sch.get_sblock("out")
+    bb = sch.get_sblock("biased")
+    i, j = sch.get_loops(ob)
+    mo, mi = sch.split(i, [None, mr])
+    no, ni = sch.split(j, [None, nr])
+    weights_outer = k * npad > m * k  # keep the bigger operand's panel in cache
+    outer = [no, mo] if weights_outer else [mo, no]
+    sch.reorder(*outer, mi, ni)
+    sch.compute_at(bb, outer[1])
+    sch.set_scope(bb, 0, "local")
+    sch.compute_at(cb, outer[1])
+    sch.set_scope(cb, 0, "local")
+    bl = sch.get_loops(bb)[2:]
+    if mr > 1:
+        sch.unroll(bl[0])
+    sch.vectorize(bl[-1])
+    # the int16 copy of A: per row tile (reused by every channel tile), or whole when weights are outer
+    if weights_outer:
+        sch.parallel(sch.get_loops(ab)[0])
+    else:
+        sch.compute_at(ab, outer[0])
+    if widen_vec:
+        sch.vectorize(sch.get_loops(ab)[-1])
+    sch.parallel(outer[0])
+    if mr > 1:
+        sch.unroll(mi)
+    sch.vectorize(ni)
+    ci_, cj, *rloops = _loops_by_extent(sch, cb, 2, [mr, nr] + red)
+    if pairs:
+        *rl, rt = rloops
+        rl = [lp for lp in rl if lp is not None]
+        cjo, cji = sch.split(cj, [None, 8])
+        sch.reorder(*rl, *[lp for lp in (ci_, cjo, cji, rt) if lp is not None])
+        for lp in (ci_, cjo):
+            if lp is not None:
+                sch.unroll(lp)
+        if rl:
+            sch.decompose_reduction(cb, rl[0])
+        else:
+            sch.decompose_reduction(cb, ci_ if ci_ is not None else cjo)
+        _register_intrin()
+        sch.tensorize(cji, PMADDWD_8x2)
+    else:
+        rl = [lp for lp in rloops if lp is not None]
+        sch.reorder(*rl, *[lp for lp in (ci_, cj) if lp is not None])
+        if ci_ is not None:
+            sch.unroll(ci_)
+        sch.vectorize(cj)
+        if rl:
+            sch.decompose_reduction(cb, rl[0])
