@@ -122,9 +122,17 @@ def parse_fleet(text: str, *, name: str = "fleet.yaml", base_dir: Path | None = 
         mark = e.problem_mark or e.context_mark
         line = f":{mark.line + 1}" if mark else ""
         raise ConfigError(f"{name}{line}: not valid YAML: {e.problem or e.context}") from None
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow: it has a position, not a mark
+        line = text.count("\n", 0, e.position) + 1
+        raise ConfigError(f"{name}:{line}: not valid YAML: character U+{_codepoint(e.character):04X} is not allowed "
+                          f"(position {e.position})") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{name}: not valid YAML: {e}") from None
     return _Reader(name, base_dir or Path.cwd()).fleet(root)
+
+
+def _codepoint(c) -> int:
+    return c if isinstance(c, int) else ord(c[:1] or "\0")
 
 
 class _Reader:

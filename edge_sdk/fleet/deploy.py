@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import tarfile
 import tempfile
 import time
 import uuid
@@ -31,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edge_sdk.errors import DeviceError, EdgeError
+from edge_sdk.errors import DeviceError, EdgeError, PackageError
 from edge_sdk.fleet.config import Device
 from edge_sdk.fleet.ssh import Connection, FleetResults, for_each_device
 from edge_sdk.fleet.trust import REMOTE_ROOT
@@ -47,6 +48,10 @@ Progress = Callable[[str, str, int, int], None]  # (device name, step text, byte
 # into the text. The Ansible playbook (inventory.py) runs these same scripts.
 EXTRACT_RUNTIME_SH = r"""set -e
 arc=$1 tmp=$2 id=$3
+tar -tzvf "$arc" | while IFS= read -r l; do case $l in -*|d*) ;; *)
+  echo "refusing the runtime archive: a member is not a regular file or directory (a link could point outside the install root): $l" >&2; exit 4 ;; esac; done
+tar -tzf "$arc" | while IFS= read -r m; do case $m in "$id"|"$id/"*) ;; *) m=..; esac; case /$m/ in */../*)
+  echo "refusing the runtime archive: a member path leaves $id/ (path traversal)" >&2; exit 4 ;; esac; done
 mkdir "$tmp"
 tar -xzf "$arc" -C "$tmp" --no-same-owner
 for n in "$tmp"/* "$tmp"/.[!.]*; do
@@ -68,6 +73,13 @@ ln -s "$5" "${2%/*}/.current.tmp-$4"
 mv -T "${2%/*}/.current.tmp-$4" "${2%/*}/current"
 """
 EXTRACT_PACKAGE_SH = r"""set -e
+tar -tvf "$1" | while IFS= read -r l; do case $l in -*) ;; *)
+  echo "refusing the package: a member is not a regular file (a link could point outside the install root): $l" >&2; exit 4 ;; esac; done
+names=$(tar -tf "$1")
+printf '%s\n' "$names" | while IFS= read -r m; do case $m in "$3"|"$4"|"$5"|"$6"|"$7") ;; *)
+  echo "refusing the package: unexpected member '$m' (path traversal or an extra file)" >&2; exit 4 ;; esac; done
+if [ "$(printf '%s\n' "$names" | sort -u | wc -l)" != 5 ] || [ "$(printf '%s\n' "$names" | wc -l)" != 5 ]; then
+  echo "refusing the package: members missing or repeated" >&2; exit 4; fi
 mkdir -p "$2"
 tar -xf "$1" -C "$2" --no-same-owner "$3" "$4" "$5" "$6" "$7"
 cd "$2"
@@ -140,12 +152,32 @@ class LocalBundle:
                             hint="rebuild it: python -c 'from edge_sdk.runtime.bundle import ensure_bundle; "
                                  f"ensure_bundle(\"{arch}\", rebuild=True)'")
         archive = bundle_archive(arch)
+        _check_bundle_archive(archive, root.name)
         meta = read_manifest(root)
         return cls(root.name, arch, archive, sha256_file(archive), archive.stat().st_size,
                    sha256_file(root / "bundle.json"), {k: v["sha256"] for k, v in meta["files"].items()})
 
     def checklist(self) -> bytes:
         return "".join(f"{sha}  {rel}\n" for rel, sha in sorted(self.files.items())).encode()
+
+
+def _check_bundle_archive(archive: Path, top: str) -> None:
+    """Refuse, before anything is sent, an archive whose members would leave runtime/<top>/ when
+    extracted (absolute or ../ paths) or that holds links: the device refuses them too
+    (EXTRACT_RUNTIME_SH), this only says so without a connection."""
+    try:
+        with tarfile.open(archive, mode="r:gz") as tar:
+            members = tar.getmembers()
+    except (OSError, tarfile.TarError) as e:
+        raise PackageError(f"runtime bundle archive {archive}: unreadable ({e})") from None
+    for m in members:
+        parts = m.name.split("/")
+        if parts[0] != top or ".." in parts or m.name.startswith("/"):
+            raise PackageError(f"runtime bundle archive {archive}: member '{m.name}' is outside {top}/ "
+                               f"(path traversal); rebuild the bundle")
+        if not (m.isfile() or m.isdir()):
+            raise PackageError(f"runtime bundle archive {archive}: member '{m.name}' is a link or special file "
+                               f"(-> '{m.linkname}'); rebuild the bundle")
 
 
 @dataclass

@@ -93,13 +93,19 @@ class _Refuse(paramiko.MissingHostKeyPolicy):
 
 
 class Connection:
-    """One SSH session to one device; connects lazily, closes on context exit."""
+    """One SSH session to one device; connects lazily, closes on context exit.
+
+    io_timeout bounds every wait for the device inside an open session (an SFTP reply, window
+    space for a write): a link that goes silent (cable pulled, Wi-Fi gone) sends no reset, and
+    TCP alone would retry for ~15 minutes. After such a failure the session is closed, so the
+    next call reconnects (bounded by connect_timeout) instead of waiting on a dead one again."""
 
     def __init__(self, device: Device, *, known_hosts: str | os.PathLike | None = None,
-                 connect_timeout: float = 10.0):
+                 connect_timeout: float = 10.0, io_timeout: float = 60.0):
         self.device = device
         self.known_hosts = Path(known_hosts) if known_hosts is not None else default_known_hosts()
         self.connect_timeout = connect_timeout
+        self.io_timeout = io_timeout
         self.bytes_sent = 0  # file bytes moved by put(); deploy reports these
         self.bytes_received = 0
         self._client: paramiko.SSHClient | None = None
@@ -187,13 +193,16 @@ class Connection:
         command = " ".join(shlex.quote(a) for a in argv)
         try:
             chan = self.client.get_transport().open_session(timeout=self.connect_timeout)
+            chan.settimeout(self.io_timeout)
             chan.exec_command(command)
             if input is not None:
                 chan.sendall(input)
             chan.shutdown_write()
             out, err, code = _collect(chan, timeout)
         except (OSError, paramiko.SSHException, EOFError) as e:
-            raise DeviceError(f"device {self.device}: `{_short(command)}` failed: the connection broke ({e})") from None
+            self.close()  # a dead session: the next call reconnects rather than waiting on it
+            raise DeviceError(f"device {self.device}: `{_short(command)}` failed: the connection broke "
+                              f"({_why(e, self.io_timeout)})") from None
         if code is None:
             raise DeviceError(f"device {self.device}: `{_short(command)}` timed out after {timeout:g} s")
         if code == -1:  # paramiko's value when no exit status came: a cut connection or a signal
@@ -212,6 +221,7 @@ class Connection:
         if self._sftp is None:
             try:
                 self._sftp = self.client.open_sftp()
+                self._sftp.get_channel().settimeout(self.io_timeout)
             except (OSError, paramiko.SSHException, EOFError) as e:
                 raise DeviceError(f"device {self.device}: cannot open SFTP: {e}") from None
         return self._sftp
@@ -237,9 +247,14 @@ class Connection:
         except FileNotFoundError as e:
             self._remove_quietly(tmp)
             raise DeviceError(f"device {self.device}: cannot upload {local} to {remote_path}: {e}") from None
-        except (OSError, paramiko.SSHException, EOFError) as e:
+        except (socket.timeout, TimeoutError, paramiko.SSHException, EOFError) as e:
+            self.close()  # the session is dead or wedged; deploy's next step reconnects to clean up
+            raise DeviceError(f"device {self.device}: upload of {local} to {remote_path} failed: the connection "
+                              f"broke ({_why(e, self.io_timeout)})") from None
+        except OSError as e:  # the device refused a write (SFTP status): the session still works
             self._remove_quietly(tmp)
-            raise DeviceError(f"device {self.device}: upload of {local} to {remote_path} failed: {e}") from None
+            raise DeviceError(f"device {self.device}: upload of {local} to {remote_path} failed: "
+                              f"{e}{self._disk_full(parent, os.path.getsize(local))}") from None
         return attrs.st_size
 
     def sha256(self, remote_path: str) -> str | None:
@@ -275,6 +290,19 @@ class Connection:
         except OSError:
             return None
 
+    def _disk_full(self, remote_dir: str, need: int) -> str:
+        """The cause SFTP hides: OpenSSH's sftp-server reports ENOSPC as a bare "Failure", so ask
+        df how much room the directory has; "" when that is not the explanation."""
+        try:
+            r = self.run(["df", "-Pk", "--", remote_dir], check=False, timeout=30)
+            free_kb = int(r.stdout.splitlines()[-1].split()[3])
+        except (EdgeError, IndexError, ValueError):
+            return ""
+        if free_kb * 1024 >= need:
+            return ""
+        return (f" (No space left on device: {free_kb} KiB free in {remote_dir} on the device, the file "
+                f"needs {-(-need // 1024)} KiB)")
+
     def _remove_quietly(self, remote_path: str) -> None:
         try:
             self.sftp.remove(remote_path)
@@ -307,6 +335,12 @@ def _collect(chan: paramiko.Channel, timeout: float | None) -> tuple[bytes, byte
         else:
             time.sleep(idle)
             idle = min(idle * 2, 0.02)
+
+
+def _why(e: BaseException, io_timeout: float) -> str:
+    if isinstance(e, (socket.timeout, TimeoutError)):
+        return f"no answer from the device for {io_timeout:g} s"
+    return str(e) or type(e).__name__
 
 
 def _short(command: str) -> str:

@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -83,3 +84,48 @@ def emulated_pis():
     fleet = emulated.EmulatedFleet.start(1, root, trust=True)
     yield fleet
     fleet.stop()
+
+
+def _variant(src: Path, out: Path, *, note: str, golden_shift: float = 0.0, arch: str | None = None,
+             pad: int = 0) -> Path:
+    """Another package of the same model: a different sha256 (manifest note), optionally with a
+    golden output the model cannot meet, claiming another architecture, or `pad` bytes bigger."""
+    from edge_sdk.package import open_package, write_package
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = open_package(src, Path(tmp))
+        m = {k: v for k, v in pkg.manifest.items() if k not in ("members", "format")}
+        m["note"] = note + " " * pad
+        if arch:
+            m["target"] = dict(m["target"], arch=arch)
+        if golden_shift:
+            np.save(pkg.member("golden_output.npy"), pkg.golden_output + np.float32(golden_shift))
+        return write_package(out, manifest=m, files={n: pkg.member(n) for n in
+                                                     ("model.so", "params.bin", "golden_input.npy", "golden_output.npy")})
+
+
+@pytest.fixture(scope="session")
+def variant_package():
+    return _variant
+
+
+@pytest.fixture(scope="session")
+def v1(host_package):
+    from edge_sdk.fleet.deploy import LocalPackage
+
+    return LocalPackage.load(host_package)
+
+
+@pytest.fixture(scope="session")
+def v2(host_package, tmp_path_factory):
+    from edge_sdk.fleet.deploy import LocalPackage
+
+    return LocalPackage.load(_variant(host_package, tmp_path_factory.mktemp("v2") / "v2.edgepkg", note="v2"))
+
+
+@pytest.fixture
+def fleet(fresh_fleet, known_hosts_for):
+    """(the loopback fleet, its devices as the fleet file gives them, a known_hosts with their keys)"""
+    from edge_sdk.fleet.config import load_fleet
+
+    return fresh_fleet, load_fleet(fresh_fleet.fleet_yaml).select(), known_hosts_for(fresh_fleet)
