@@ -26,7 +26,7 @@ VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
         Variant("float32", "32-bit float everywhere", 32, 32, "float", True),
-        Variant("int8", "integer-only int8 from full-int8 .tflite (bit-exact with TFLite)", 8, 8, "int8", True),
+        Variant("int8", "integer-only int8: full-int8 .tflite (bit-exact with TFLite) or post-training quantized", 8, 8, "int8", True),
         Variant("w1a1", "bitserial: 1-bit weights, 1-bit activations (fused glue)", 1, 1, "bitserial", True,
                 "unipolar", "fused"),
         Variant("w1a2", "bitserial: 1-bit weights, 2-bit activations (fused glue)", 1, 2, "bitserial", True,
