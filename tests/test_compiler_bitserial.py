@@ -82,6 +82,22 @@ def test_fused_glue_conv2d_outputs_packed_codes(mode, ab, wb, ob, o, out_word, s
     np.testing.assert_array_equal(got, ref)
 
 
+@pytest.mark.parametrize("h,w,c,o,k,stride,ab,wb", [
+    (8, 8, 64, 64, 3, 1, 2, 1),    # two output words per popc register tile, 2-pixel tiles
+    (7, 7, 96, 64, 3, 1, 2, 2),    # a prime width: 1-pixel tiles, four words per tile; 2-bit weights
+    (9, 7, 40, 48, 3, 2, 3, 1),    # three words (no pairing), partial input word, stride 2
+    (8, 8, 64, 32, 1, 2, 1, 1),    # 1x1 stride-2 shortcut shape
+])
+def test_uint16_popcount_tiles_match_reference(h, w, c, o, k, stride, ab, wb):
+    """The networks' layout (uint16 words in and out): the unipolar popc/apop kernel with its
+    channel-group and pixel-tile choices, fused glue and int32 outputs."""
+    pad = (k - 1) // 2
+    for glue_bits in (2, None):
+        got, ref = _conv_case(mode="unipolar", a_bits=ab, w_bits=wb, n=1, h=h, w=w, c=c, o=o, k=k, stride=stride,
+                              padding=pad, word="uint16", glue_bits=glue_bits, out_word="uint16")
+        np.testing.assert_array_equal(got, ref)
+
+
 @pytest.mark.parametrize("mode", bs.MODES)
 @pytest.mark.parametrize("ab,wb,k,o,word", [(1, 1, 100, 10, "uint32"), (2, 1, 64, 16, "uint8"), (3, 2, 37, 7, "uint64")])
 def test_dense_matches_reference(mode, ab, wb, k, o, word):
@@ -122,7 +138,7 @@ def test_aarch64_conv_kernel_uses_neon_cnt(tmp_path):
     if shutil.which(pi3.cross_cc) is None or shutil.which("aarch64-linux-gnu-objdump") is None:
         pytest.skip(f"needs the cross toolchain ({pi3.cross_package}, binutils-aarch64-linux-gnu) to link and disassemble")
     func = ops.conv2d_prim_func(arch=pi3.arch, batch=1, height=14, width=14, channels=64, filters=64, kernel=3,
-                                padding=1, a_bits=2, w_bits=1, glue_out_bits=2)
+                                padding=1, a_bits=2, w_bits=1, glue_out_bits=2, word="uint16", out_word="uint16")
     lib = tmp_path / "conv.so"
     ops.build(func, target=pi3).export_library(str(lib), fcompile=pi3.compiler())
     asm = subprocess.run(["aarch64-linux-gnu-objdump", "-d", str(lib)], check=True, capture_output=True, text=True).stdout
@@ -135,16 +151,20 @@ def test_aarch64_conv_kernel_uses_neon_cnt(tmp_path):
             funcs.setdefault(cur, []).append(line)
     with_cnt = sorted(name for name, body in funcs.items() if any("\tcnt\tv" in ln for ln in body))
     assert any("compute" in name for name in with_cnt), f"no NEON cnt in the conv kernel; functions with cnt: {with_cnt}"
+    # Riptide's fast popcount: uint16 words, byte counts pairwise-added into uint16 accumulators
+    assert any("\tuadalp\tv" in ln and ".8h" in ln for name in with_cnt for ln in funcs[name]), "no uadalp .8h"
 
 
-@pytest.mark.parametrize("residual,o,stride,lshift", [("codes", 64, 1, 0), ("codes", 16, 1, 1), ("glue", 40, 2, 0)])
-def test_fused_conv2d_adds_residual_in_the_quantized_domain(residual, o, stride, lshift):
+@pytest.mark.parametrize("residual,o,stride,lshift,word", [("codes", 64, 1, 0, "uint32"), ("codes", 16, 1, 1, "uint32"),
+                                                        ("glue", 40, 2, 0, "uint32"), ("codes", 64, 1, 0, "uint16"),
+                                                        ("glue", 32, 2, 0, "uint16")])
+def test_fused_conv2d_adds_residual_in_the_quantized_domain(residual, o, stride, lshift, word):
     """ResNet shortcut in the epilogue: unclipped glue + (codes << lshift | the shortcut's own glue), then clip."""
     n, h, w, c, k, ab, wb, ob = 1, 8, 8, 32, 3, 2, 1, 2
     pad = 1 if stride == 1 else (0, 0, 1, 1)
     ex = ops.build(ops.conv2d_prim_func(arch=HOST.arch, batch=n, height=h, width=w, channels=c, filters=o, kernel=k,
                                         stride=stride, padding=pad, a_bits=ab, w_bits=wb, glue_out_bits=ob,
-                                        residual=residual, res_lshift=lshift), target=HOST)
+                                        residual=residual, res_lshift=lshift, word=word, out_word=word), target=HOST)
     a, wt = RNG.integers(0, 1 << ab, (n, h, w, c)), RNG.integers(0, 1 << wb, (k, k, c, o))
     acc = bs.bitserial_conv2d_nhwc(a, wt, a_bits=ab, w_bits=wb, mode="unipolar", stride=stride, padding=pad)
 
@@ -154,19 +174,19 @@ def test_fused_conv2d_adds_residual_in_the_quantized_domain(residual, o, stride,
 
     lsh, off, rsh = glue_vectors()
     total = ((acc << lsh) + off) >> rsh
-    args = [_t(bs.pack_activations(a, bits=ab)), _t(bs.pack_conv_weights(wt, bits=wb)),
+    args = [_t(bs.pack_activations(a, bits=ab, word=word)), _t(bs.pack_conv_weights(wt, bits=wb, word=word)),
             _t(lsh, "int32"), _t(off, "int32"), _t(rsh, "int32")]
     if residual == "codes":
         codes = RNG.integers(0, 1 << ob, acc.shape)
         total = total + (codes << lshift)
-        args.append(_t(bs.pack_activations(codes, bits=ob)))
+        args.append(_t(bs.pack_activations(codes, bits=ob, word=word)))
     else:
         racc = RNG.integers(-100, 100, acc.shape)
         rl, ro, rr = glue_vectors()
         total = total + (((racc << rl) + ro) >> rr)
         args += [_t(racc, "int32"), _t(rl, "int32"), _t(ro, "int32"), _t(rr, "int32")]
-    ref = bs.pack_activations(np.clip(total, 0, (1 << ob) - 1), bits=ob)
-    out = _t(np.zeros(ref.shape, "uint32"))
+    ref = bs.pack_activations(np.clip(total, 0, (1 << ob) - 1), bits=ob, word=word)
+    out = _t(np.zeros(ref.shape, word))
     ex.mod["main"](*args, out)
     np.testing.assert_array_equal(out.numpy(), ref)
 

@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--word", default=None)
     ap.add_argument("--unfused", action="store_true", help="int32 accumulators out (no glue)")
     ap.add_argument("--asm", default=None, help="write the pi3 .so and its disassembly here")
+    ap.add_argument("--a53", action="store_true", help="count aarch64 instructions per call under qemu instead")
     args = ap.parse_args()
     os.environ.setdefault("TVM_NUM_THREADS", "1")
     import tvm
@@ -55,6 +56,9 @@ def main() -> None:
             spec["out_word"] = args.word
         if not args.unfused:
             spec.update(glue_out_bits=args.ab, out_word=spec.get("out_word", "uint32"))
+        if args.a53:
+            print(f"{name:34s} {a53_count(spec) / 1e6:8.3f} M aarch64 instructions per call", flush=True)
+            continue
         func = ops.conv2d_prim_func(arch=host.arch, **spec)
         ex = ops.build(func, target=host)
         f = ex.mod["main"]
@@ -96,6 +100,40 @@ def main() -> None:
             ops_ = [ln.split("\t")[1] for ln in asm.splitlines() if ln.count("\t") >= 1 and ln.startswith(" ")]
             print(f"   aarch64: {len(ops_)} instrs, cnt {ops_.count('cnt')}, uadalp {ops_.count('uadalp')}, "
                   f"uaddlp {ops_.count('uaddlp')}, ldr/str sp {asm.count('[sp')}", flush=True)
+
+
+def a53_count(spec: dict) -> float:
+    """aarch64 instructions of one call of the pi3 kernel: a one-call_tir Relax module run by our
+    runner under qemu -cpu cortex-a53 (edge_sdk.bench.emulate, (K=3 - K=1) / 2, deterministic)."""
+    import tempfile
+
+    import tvm
+    from tvm import relax
+
+    from edge_sdk.bench.emulate import count_runner
+    from edge_sdk.compiler.ops import bitserial as ops
+    from edge_sdk.targets import get_target
+
+    pi3 = get_target("pi3")
+    ins, out = ops.conv2d_compute(**spec)
+    func = ops.conv2d_prim_func(arch=pi3.arch, **spec).with_attrs({"global_symbol": "conv", "op_pattern": 8})
+    bb = relax.BlockBuilder()
+    rvars = [relax.Var(f"a{i}", relax.TensorType([int(d) for d in t.shape], str(t.dtype))) for i, t in enumerate(ins)]
+    dummy = relax.Var("x", relax.TensorType([1], "uint8"))  # the runner's input is float32/int8/uint8 only
+    with bb.function("main", [dummy, *rvars]):
+        gv = bb.add_func(func, "conv")
+        y = bb.emit(relax.call_tir(gv, rvars, relax.TensorType([int(d) for d in out.shape], str(out.dtype))))
+        bb.emit_func_output(y)
+    ex = tvm.compile(bb.get(), target=pi3.tvm_target())
+    rng = np.random.default_rng(0)
+    vals = [rng.integers(0, 1 << 15, [int(d) for d in t.shape]).astype(str(t.dtype)) if i < 2
+            else np.zeros([int(d) for d in t.shape], str(t.dtype)) for i, t in enumerate(ins)]
+    with tempfile.TemporaryDirectory() as d:
+        lib, params = Path(d) / "m.so", Path(d) / "params.bin"
+        ex.export_library(str(lib), fcompile=pi3.compiler())
+        tvm.runtime.save_param_dict_to_file({f"p{i:04d}": tvm.runtime.tensor(v) for i, v in enumerate(vals)},
+                                            str(params))
+        return count_runner(lib=lib, params=params, input=np.zeros(1, np.uint8)).per_inference
 
 
 if __name__ == "__main__":

@@ -220,6 +220,8 @@ class CpuSchedule:
     vec: int
     xt: int
     word: str = "uint16"
+    pop_xt: int = 2  # unipolar register tile: pop_xt pixels x a_bits planes x pop_bits of accumulators
+    pop_bits: int = 512
 
 
 SCHEDULES = {"aarch64": CpuSchedule(vec=8, xt=4), "x86_64": CpuSchedule(vec=8, xt=4)}
@@ -256,7 +258,9 @@ def schedule_conv2d(func, *, arch: str):
         pl = sch.get_loops(sch.get_sblock("pad"))
         sch.parallel(sch.fuse(pl[0], pl[1]))
     if _has_block(sch, "popc"):  # unipolar: raw popcounts per bit-plane pair, combined late
-        lanes = 256 // int(str(sch.get(sch.get_sblock("popc")).writes[0].source.dtype)[4:])
+        lanes = cfg.pop_bits // int(str(sch.get(sch.get_sblock("popc")).writes[0].source.dtype)[4:])
+        xt = _divisor(ow, cfg.pop_xt)
+        lanes *= cfg.pop_xt // xt  # a prime width (7) gets 1-pixel tiles: widen the channel group instead
         if _has_block(sch, "pack"):
             popc.schedule_fused(sch, xt=xt, lanes=lanes)
         else:

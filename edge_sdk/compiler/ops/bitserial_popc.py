@@ -5,7 +5,8 @@ int32 costs, per vector of words, a popcount widened to int32, a doubling, a sub
 an add. Split instead into
 
     popc[n, y, x, f, i, j] = sum over taps and words of popcount(a_i & w_j)   (narrow unsigned)
-    apop[n, y, x, i]       = sum over taps and words of popcount(a_i)          (once per pixel tile)
+    apop[n, y, x, i]       = sum over taps and words of popcount(a_i)          (once per pixel tile:
+                             a KxK box sum of pcnt, the popcount of each input pixel's words)
     conv[n, y, x, f]       = sum over i, j of (2 * popc - apop) << (i + j)     (late, in the epilogue)
 
 and the inner loop is AND, popcount, add-accumulate. With uint16 words and uint16 accumulators that
@@ -46,12 +47,14 @@ def unipolar_conv(src, wgt, *, batch: int, oh: int, ow: int, filters: int, kerne
             src[n, y * stride + r1[0], x * stride + r1[1], r1[2], i] & wgt[r1[0], r1[1], r1[2], j, f]).astype(acc),
             axis=r1),
         name="popc")
-    r2 = axes()
+    rw = te.reduce_axis((0, cw), "rw")  # popcount(a) per input pixel once, then a KxK box sum of it
+    pcnt = te.compute(tuple(int(d) for d in src.shape[:3]) + (a_bits,),
+                      lambda n, y, x, i: te.sum(tirx.popcount(src[n, y, x, rw, i]).astype("int32"), axis=rw),
+                      name="pcnt")
+    r2 = axes()[:2]
     apop = te.compute(
         (batch, oh, ow, a_bits),
-        lambda n, y, x, i: te.sum(tirx.popcount(
-            src[n, y * stride + r2[0], x * stride + r2[1], r2[2], i]).astype("int32"), axis=r2),
-        name="apop")
+        lambda n, y, x, i: te.sum(pcnt[n, y * stride + r2[0], x * stride + r2[1], i], axis=r2), name="apop")
 
     def combine(n, y, x, f):
         total = None
@@ -81,6 +84,13 @@ def _loops(sch, blk, *, skip: int, extents: dict[str, int]) -> dict:
 
 def _shape(sch, name: str) -> list[int]:
     return [int(v) for v in sch.get(sch.get_sblock(name)).writes[0].source.shape]
+
+
+def _schedule_pcnt(sch) -> None:
+    """popcount(a) per input pixel: rows in parallel, one pass over the packed input."""
+    pc = sch.get_sblock("pcnt")
+    n, y, *_ = sch.get_loops(pc)
+    sch.parallel(sch.fuse(n, y))
 
 
 def _red(sch, name: str) -> dict[str, int]:
@@ -118,7 +128,7 @@ def _schedule_apop(sch, *, skip: int, xt: int) -> None:
     apop = sch.get_sblock("apop")
     a_bits = _shape(sch, "apop")[3]
     lp = _loops(sch, apop, skip=skip, extents={"x": xt, "i": a_bits, **_red(sch, "apop")})
-    red = [lp[k] for k in ("ry", "rx", "rc") if k in lp]
+    red = [lp[k] for k in ("ry", "rx") if k in lp]
     inner = [lp[k] for k in ("x", "i") if k in lp]
     sch.reorder(*red, *inner)
     for loop in inner:
@@ -128,33 +138,39 @@ def _schedule_apop(sch, *, skip: int, xt: int) -> None:
 
 
 def schedule_fused(sch, *, xt: int, lanes: int) -> None:
-    """Per (row, pixel tile, output word): popc tile, then glue (combine + shift/offset/clip + residual,
-    vectorized over the word's channels), then the bitpack; apop once per pixel tile. All tiles are
+    """Per (row, pixel tile, group of output words): the popc tile over `lanes` channels (as many
+    whole output words as fit), then per word the glue (combine + shift/offset/clip + residual,
+    vectorized over the word's channels) and the bitpack; apop once per pixel tile. All tiles are
     local to the loops that use them (bitpack fusion: only packed codes are written)."""
     pack, glue = sch.get_sblock("pack"), sch.get_sblock("glue")
     pn, py, px, pw, pb, pk = sch.get_loops(pack)
-    pxo, pxi = sch.split(px, [None, xt])
-    sch.reorder(pn, py, pxo, pw, pxi, pb, pk)
-    sch.parallel(sch.fuse(pn, py))
     o = _shape(sch, "conv")[3]
     wbits = WORD_BITS[str(sch.get(pack).writes[0].source.dtype)]
-    fext = min(o, wbits)
+    nwords = -(-o // wbits)
     full = o % wbits == 0  # a partial last word leaves predicated (scalar) loops
+    group = max(d for d in range(1, max(1, lanes // wbits) + 1) if nwords % d == 0) if full else 1
+    pxo, pxi = sch.split(px, [None, xt])
+    pwo, pwi = sch.split(pw, [None, group])
+    sch.reorder(pn, py, pxo, pwo, pwi, pxi, pb, pk)
+    sch.parallel(sch.fuse(pn, py))
+    fext = min(o, wbits)
     sch.compute_inline(sch.get_sblock("conv"))
-    sch.compute_at(glue, pw)
+    sch.compute_at(glue, pwi)
     sch.set_scope(glue, 0, "local")
     popc, apop = sch.get_sblock("popc"), sch.get_sblock("apop")
-    sch.compute_at(popc, pw)
+    sch.compute_at(popc, pwo)
     sch.set_scope(popc, 0, "local")
     sch.compute_at(apop, pxo)
     sch.set_scope(apop, 0, "local")
-    gl = _loops(sch, glue, skip=3, extents={"x": xt, "f": fext})
+    gskip = 4  # fused(n, y), pxo, pwo, pwi
+    gl = _loops(sch, glue, skip=gskip, extents={"x": xt, "f": fext})
     if "f" in gl and full:
         sch.vectorize(gl["f"])
     if "x" in gl:
         sch.unroll(gl["x"])
-    _schedule_popc(sch, skip=3, xt=xt, fext=fext, lanes=lanes, vectorize=full)
+    _schedule_popc(sch, skip=3, xt=xt, fext=fext * group, lanes=lanes, vectorize=full)
     _schedule_apop(sch, skip=2, xt=xt)
+    _schedule_pcnt(sch)
 
 
 def schedule_int32(sch, *, xt: int, lanes: int) -> None:
@@ -177,3 +193,4 @@ def schedule_int32(sch, *, xt: int, lanes: int) -> None:
     sch.unroll(xi)
     _schedule_popc(sch, skip=3, xt=xt, fext=vec, lanes=lanes, vectorize=vec > 1)
     _schedule_apop(sch, skip=2, xt=xt)
+    _schedule_pcnt(sch)
