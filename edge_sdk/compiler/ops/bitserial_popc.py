@@ -152,6 +152,7 @@ def schedule_fused(sch, *, xt: int, lanes: int) -> None:
     pxo, pxi = sch.split(px, [None, xt])
     pwo, pwi = sch.split(pw, [None, group])
     sch.reorder(pn, py, pxo, pwo, pwi, pxi, pb, pk)
+    sch.unroll(pk)
     sch.parallel(sch.fuse(pn, py))
     fext = min(o, wbits)
     sch.compute_inline(sch.get_sblock("conv"))
