@@ -139,14 +139,17 @@ def test_conv_kernel_aarch64_asm_is_integer_neon(tmp_path):
 @pytest.mark.qemu
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or shutil.which("qemu-aarch64") is None,
                     reason="needs g++-aarch64-linux-gnu and qemu-user")
-def test_pi3_under_qemu_equals_tflite_reference(tmp_path):
+@pytest.mark.parametrize("name", ["awkward_37x30_int8", "mobilenet_v1_0.25_64_int8"])
+def test_pi3_under_qemu_equals_tflite_reference(tmp_path, name):
+    """NEON tiles: odd sizes, stride 2, depth multiplier 2 (awkward); 1x1 GEMMs with 8..256 channels,
+    row tails, and the 1x1x256 -> classes dense-like conv (MobileNetV1)."""
     import tvm
 
     from edge_sdk.compiler.int8.backend import compile_int8
     from edge_sdk.runtime.execute import run_compiled
     from edge_sdk.targets import get_target
 
-    path = DATA / "awkward_37x30_int8.tflite"
+    path = DATA / f"{name}.tflite"
     tgt = get_target("pi3")
     ex, params, _ = compile_int8(path, tgt)
     lib, pfile = tmp_path / "model.so", tmp_path / "params.bin"
@@ -155,3 +158,113 @@ def test_pi3_under_qemu_equals_tflite_reference(tmp_path):
     x = _input(path, 9)
     res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53", repeat=1)
     np.testing.assert_array_equal(res.output, _tflite(path, x, reference=True))
+
+
+# -- the tiled kernels' tile shapes and tails, against the numpy reference (itself checked against TFLite) --
+def _layer(rng, co, k, *, left_shift=False):
+    w = rng.integers(-127, 128, (co, *k)).astype(np.int8)
+    bias = rng.integers(-20000, 20000, co).astype(np.int32)
+    mult = rng.integers(1 << 30, (1 << 31) - 1, co).astype(np.int32)
+    shift = -rng.integers(6, 12, co)
+    if left_shift:
+        shift[::3] = 1  # a real multiplier >= 1: the int64-epilogue fallback kernels
+    return w, bias, mult, shift
+
+
+def _run_kernel(k, x: np.ndarray) -> np.ndarray:
+    import tvm
+
+    from edge_sdk.targets import get_target
+
+    lib = tvm.compile(tvm.IRModule({"main": k.func.with_attr("global_symbol", "main")}),
+                      target=get_target("host").tvm_target())
+    args = [tvm.runtime.tensor(a) for a in [x, *k.consts]] + [tvm.runtime.tensor(np.zeros(k.out_shape, k.out_dtype))]
+    lib["main"](*args)
+    return args[-1].numpy()
+
+
+CONV_CASES = [  # (x shape, co, kernel, stride, dilation, padding): tail rows (M % 6), channel padding
+    ((1, 7, 5, 6), 20, (1, 1), (1, 1), (1, 1), "VALID"),    # (CO % 16), GEMM view of a 1x1 conv
+    ((1, 9, 9, 3), 32, (3, 3), (2, 2), (1, 1), "SAME"),     # odd CI (pairs padded), SAME pad = zero point
+    ((2, 6, 7, 5), 9, (3, 2), (1, 2), (1, 1), "VALID"),     # batch 2, rectangular kernel, CO < 16
+    ((1, 11, 10, 4), 17, (3, 3), (1, 1), (2, 2), "SAME"),   # dilation
+    ((1, 2, 2, 64), 96, (1, 1), (1, 1), (1, 1), "VALID"),   # weights bigger than activations: weights outer
+    ((1, 5, 5, 16), 24, (5, 5), (1, 1), (1, 1), "SAME"),    # K*K taps over a small image
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: "x".join(map(str, c[0])) + f"-co{c[1]}-k{c[2][0]}")
+@pytest.mark.parametrize("left_shift", [False, True], ids=["gemm", "fallback"])
+def test_conv_kernel_tiles_and_tails_equal_reference(case, left_shift):
+    from edge_sdk.compiler.int8 import kernels
+    from edge_sdk.compiler.ops.common import simd_of
+    from edge_sdk.quant import int8 as q8
+    from edge_sdk.targets import get_target
+
+    xs, co, kk, stride, dil, padding = case
+    rng = np.random.default_rng(sum(xs) + co)
+    x = rng.integers(-128, 128, xs).astype(np.int8)
+    w, bias, mult, shift = _layer(rng, co, (*kk, xs[-1]), left_shift=left_shift)
+    q = dict(in_zp=-7, out_zp=3, act=(-128, 127))
+    ref = q8.conv2d(x, w, bias, multiplier=mult, shift=shift, stride=stride, dilation=dil, padding=padding, **q)
+    k = kernels.conv2d(xs, w, bias, mult=mult, shift=shift, stride=stride, dilation=dil, padding=padding,
+                       simd=simd_of(get_target("host").tvm_target()), name="k", **q)
+    out = _run_kernel(k, x)
+    np.testing.assert_array_equal(out[..., :co].reshape(ref.shape), ref)
+    assert (len(k.out_shape) == 2) != left_shift  # the GEMM writes (pixels, padded channels); the fallback NHWC
+
+
+@pytest.mark.parametrize("batch,k,co", [(1, 1024, 70), (3, 36, 19), (1, 5, 3)])
+def test_dense_kernel_equals_reference(batch, k, co):
+    from edge_sdk.compiler.int8 import kernels
+    from edge_sdk.compiler.ops.common import simd_of
+    from edge_sdk.quant import int8 as q8
+    from edge_sdk.targets import get_target
+
+    rng = np.random.default_rng(k + co)
+    x = rng.integers(-128, 128, (batch, k)).astype(np.int8)
+    w, bias, mult, shift = _layer(rng, co, (k,))
+    q = dict(in_zp=5, out_zp=-2, act=(-100, 127))
+    ref = q8.fully_connected(x, w, bias, multiplier=mult, shift=shift, **q)
+    kern = kernels.dense(batch, w, bias, mult=mult, shift=shift, simd=simd_of(get_target("host").tvm_target()),
+                         name="k", **q)
+    np.testing.assert_array_equal(_run_kernel(kern, x)[:, :co], ref)
+
+
+@pytest.mark.parametrize("xs,dm,stride,padding", [((1, 9, 11, 12), 1, (1, 1), "SAME"), ((1, 10, 7, 6), 2, (2, 2), "SAME"),
+                                                  ((1, 8, 9, 40), 1, (2, 2), "VALID"), ((2, 5, 6, 3), 3, (1, 1), "SAME")])
+@pytest.mark.parametrize("left_shift", [False, True], ids=["fast", "fallback"])
+def test_depthwise_kernel_tails_equal_reference(xs, dm, stride, padding, left_shift):
+    from edge_sdk.compiler.int8 import kernels
+    from edge_sdk.compiler.ops.common import simd_of
+    from edge_sdk.quant import int8 as q8
+    from edge_sdk.targets import get_target
+
+    rng = np.random.default_rng(sum(xs) + dm)
+    x = rng.integers(-128, 128, xs).astype(np.int8)
+    w, bias, mult, shift = _layer(rng, 1, (3, 3, xs[-1] * dm), left_shift=left_shift)
+    bias, mult, shift = (rng.permutation(np.resize(v, xs[-1] * dm)) for v in (bias, mult, shift))
+    q = dict(in_zp=11, out_zp=-5, act=(-128, 90))
+    ref = q8.depthwise_conv2d(x, w, bias, multiplier=mult, shift=shift, depth_multiplier=dm, stride=stride,
+                              padding=padding, **q)
+    k = kernels.depthwise(xs, w, bias, mult=mult, shift=shift, stride=stride, padding=padding, depth_multiplier=dm,
+                          simd=simd_of(get_target("host").tvm_target()), name="k", **q)
+    np.testing.assert_array_equal(_run_kernel(k, x), ref)
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="needs binutils")
+def test_conv_kernel_x86_asm_uses_pmaddwd(tmp_path):
+    import subprocess
+
+    import tvm
+
+    from edge_sdk.compiler.ops.common import simd_of
+
+    k, tgt = _conv_kernel("host")
+    if simd_of(tgt.tvm_target()).isa not in ("avx2", "avx512"):
+        pytest.skip("host without AVX2")
+    lib = tvm.compile(tvm.IRModule({"qconv": k.func}), target=tgt.tvm_target())
+    lib.export_library(str(tmp_path / "q.so"))
+    asm = subprocess.run(["objdump", "-d", str(tmp_path / "q.so")], capture_output=True, text=True, check=True).stdout
+    assert "vpmaddwd" in asm and "vpbroadcastd" in asm  # the 8x2 int16 pair step of the GEMM
+    assert "vpmuldq" in asm  # the requantize's widening multiply, vectorized and 32x32->64

@@ -188,7 +188,8 @@ def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup:
                                emulate_cpu=_qemu_cpu(m), threads=row.threads,
                                warmup=warmup, repeat=repeat, min_time_ms=min_time_ms)
             row.latencies, out = list(res.latencies_ms), res.output
-            row.detail = "run under qemu: emulated time, not a Pi's" if res.emulated else ""
+            if res.emulated:
+                row.detail = "; ".join(d for d in (row.detail, "run under qemu: emulated time, not a Pi's") if d)
             ok, err = golden_check(pkg, out)
             rr = RunResult(package=str(pkg_path), model=m["model"]["name"], variant=m["variant"],
                            target=m["target"]["name"], emulated=res.emulated, threads=row.threads,
@@ -261,6 +262,22 @@ def _ratios(rows: list[BenchRow]) -> None:
                 break
 
 
+def _int8_source(model, variant):
+    """A zoo model's int8 row runs the peers folder's converter-written int8 .tflite when there is one (the
+    file LiteRT int8 runs: both rows then compare kernels on one model); else the backend's PTQ."""
+    from edge_sdk.bench import peers as peers_mod
+
+    if variant.family != "int8" or not str(model.source or "").startswith("zoo:") or model.options.get("calibrate"):
+        return model, ""
+    peer = next(p for p in peers_mod.PEERS if p.engine == "litert" and p.family == "int8")
+    path = peers_mod.peer_file(peers_mod.peer_key(model), peer)
+    if not path.is_file():
+        return model, ""
+    from edge_sdk.models.importers import load_model_file
+
+    return load_model_file(path, family="int8"), f"model: {path.name} from the peers folder (same file as LiteRT int8)"
+
+
 def run_bench(model, *, variants: list[str], target: str = "host", threads: list[int] = (1,),
               peers: bool = False, emulate: str | None = None, warmup: int = 3, repeat: int = 5,
               min_time_ms: float = 1000.0, rounds: int = 3, seed: int = 0,
@@ -296,14 +313,15 @@ def run_bench(model, *, variants: list[str], target: str = "host", threads: list
             rows += [BenchRow("edge-sdk", name, v.family, t, UNAVAILABLE, "variant not implemented yet in this version")
                      for t in threads]
             continue
+        src, note = _int8_source(model, v)
         try:
             say(f"{name}: compiling for {tgt.name} (or reusing the cached package)")
-            pkg, cached = cached_package(model, v, tgt, seed=seed, progress=say)
+            pkg, cached = cached_package(src, v, tgt, seed=seed, progress=say)
         except (EdgeError, RuntimeError, ValueError, OSError) as e:
             rows += [BenchRow("edge-sdk", name, v.family, t, FAILED, f"compile: {_failure(e)}") for t in threads]
             continue
         for t in threads:
-            row = BenchRow("edge-sdk", name, v.family, t, package=str(pkg), cached=cached)
+            row = BenchRow("edge-sdk", name, v.family, t, package=str(pkg), cached=cached, detail=note)
             say(f"{name}: {'counting instructions' if emulate else 'timing'} with {t} thread(s)")
             try:
                 x = _run_ours(row, pkg, emulate_cpu=emulate_cpu, warmup=warmup, repeat=repeat, min_time_ms=slice_ms)
