@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 DATA = Path(__file__).parent / "data"
-OPS = sorted(p for p in (DATA / "int8_ops").glob("*.tflite") if p.stem != "reshape")
+OPS = sorted((DATA / "int8_ops").glob("*.tflite"))  # reshape: its SHAPE chain is dropped by the reader
 FAST_MODELS = [DATA / n for n in ("awkward_37x30_int8.tflite", "awkward_37x30_int8_float_io.tflite",
                                   "mobilenet_v1_0.25_64_int8.tflite")]
 SLOW_MODELS = [DATA / n for n in ("resnet18_w8_64_int8.tflite", "mobilenet_v2_0.1_64_int8.tflite",
@@ -268,3 +268,19 @@ def test_conv_kernel_x86_asm_uses_pmaddwd(tmp_path):
     asm = subprocess.run(["objdump", "-d", str(tmp_path / "q.so")], capture_output=True, text=True, check=True).stdout
     assert "vpmaddwd" in asm and "vpbroadcastd" in asm  # the 8x2 int16 pair step of the GEMM
     assert "vpmuldq" in asm  # the requantize's widening multiply, vectorized and 32x32->64
+
+
+def test_reader_drops_only_shape_arithmetic_that_feeds_a_reshape():
+    """TF 2.16 writes Flatten as SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE's shape input; shapes are static,
+    so that chain goes; the same ops feeding anything else stay (and validation then names them)."""
+    from types import SimpleNamespace
+
+    from edge_sdk.models.tflite_int8 import Op, _drop_shape_arithmetic
+
+    t = {i: SimpleNamespace(dtype="int32") for i in range(10)} | {0: SimpleNamespace(dtype="int8"),
+                                                                   5: SimpleNamespace(dtype="int8")}
+    chain = [Op(1, "SHAPE", [0], [1]), Op(2, "STRIDED_SLICE", [1, 7, 8, 9], [2]), Op(3, "PACK", [2, 6], [3])]
+    kept = _drop_shape_arithmetic(chain + [Op(4, "RESHAPE", [0, 3], [5])], t)
+    assert [o.kind for o in kept] == ["RESHAPE"]
+    kept = _drop_shape_arithmetic(chain + [Op(4, "RESHAPE", [0, 3], [5]), Op(5, "ADD", [2, 2], [4])], t)
+    assert [o.kind for o in kept] == ["SHAPE", "STRIDED_SLICE", "RESHAPE", "ADD"]

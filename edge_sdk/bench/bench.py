@@ -313,8 +313,9 @@ def run_bench(model, *, variants: list[str], target: str = "host", threads: list
             rows += [BenchRow("edge-sdk", name, v.family, t, UNAVAILABLE, "variant not implemented yet in this version")
                      for t in threads]
             continue
-        src, note = _int8_source(model, v)
+        note = ""
         try:
+            src, note = _int8_source(model, v)
             say(f"{name}: compiling for {tgt.name} (or reusing the cached package)")
             pkg, cached = cached_package(src, v, tgt, seed=seed, progress=say)
         except (EdgeError, RuntimeError, ValueError, OSError) as e:

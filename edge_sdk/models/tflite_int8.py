@@ -157,9 +157,35 @@ def read_int8_tflite(path: Path) -> Int8Graph:
         outputs = [int(v) for v in sub.OutputsAsNumpy()]
     except Exception as e:  # noqa: BLE001 - flatbuffers raises anything on garbage; re-raised with the file
         raise ModelError(f"{path}: not a valid .tflite file ({type(e).__name__}: {e})") from e
-    g = Int8Graph(path, tensors, ops, inputs, outputs)
+    g = Int8Graph(path, tensors, _drop_shape_arithmetic(ops, tensors), inputs, outputs)
     _validate(g)
     return g
+
+
+_SHAPE_OPS = ("SHAPE", "STRIDED_SLICE", "PACK")
+
+
+def _drop_shape_arithmetic(ops: list, tensors: dict) -> list:
+    """Drop SHAPE -> STRIDED_SLICE -> PACK chains that only compute a RESHAPE's target shape (Keras'
+    Flatten/Reshape as TF 2.16's converter writes it): shapes are static, and RESHAPE takes its output
+    tensor's shape. Anything else those ops feed keeps them, and validation names them."""
+    users: dict[int, list] = {}
+    for op in ops:
+        for pos, i in enumerate(op.inputs):
+            users.setdefault(i, []).append((op, pos))
+    dropped: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for op in ops:
+            if op.index in dropped or op.kind not in _SHAPE_OPS:
+                continue
+            if all(tensors[o].dtype == "int32" and all(
+                    u.index in dropped or (u.kind == "RESHAPE" and pos == 1) for u, pos in users.get(o, []))
+                    and users.get(o) for o in op.outputs):
+                dropped.add(op.index)
+                changed = True
+    return [op for op in ops if op.index not in dropped]
 
 
 def _validate(g: Int8Graph) -> None:
