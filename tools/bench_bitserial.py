@@ -27,15 +27,21 @@ LAYERS = {
     "7": ("layer4 3x3 512->512 @7", 7, 512, 512, 3, 1, 1),
     "s2": ("layer2.0 3x3/2 64->128 @56", 56, 64, 128, 3, 2, 1),
     "d": ("layer2.0 down 1x1/2 64->128 @56", 56, 64, 128, 1, 2, 0),
+    "s3": ("layer3.0 3x3/2 128->256 @28", 28, 128, 256, 3, 2, 1),
+    "d3": ("layer3.0 down 1x1/2 128->256 @28", 28, 128, 256, 1, 2, 0),
+    "s4": ("layer4.0 3x3/2 256->512 @14", 14, 256, 512, 3, 2, 1),
+    "d4": ("layer4.0 down 1x1/2 256->512 @14", 14, 256, 512, 1, 2, 0),
 }
+# how often each shape occurs in ResNet18 (binary convs only; the stem and head are float)
+RESNET18_COUNT = {"56": 4, "s2": 1, "28": 3, "d": 1, "s3": 1, "14": 3, "d3": 1, "s4": 1, "7": 3, "d4": 1}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", default="56,28,14,7")
+    ap.add_argument("--layers", default="56,28,14,7", help="comma-separated keys of LAYERS, or 'all'")
     ap.add_argument("--ab", type=int, default=2)
     ap.add_argument("--wb", type=int, default=1)
-    ap.add_argument("--word", default=None)
+    ap.add_argument("--word", default="uint16", help="packing word (networks use uint16)")
     ap.add_argument("--unfused", action="store_true", help="int32 accumulators out (no glue)")
     ap.add_argument("--asm", default=None, help="write the pi3 .so and its disassembly here")
     ap.add_argument("--a53", action="store_true", help="count aarch64 instructions per call under qemu instead")
@@ -47,7 +53,9 @@ def main() -> None:
     from edge_sdk.targets import get_target
 
     host, pi3 = get_target("host"), get_target("pi3")
-    for key in args.layers.split(","):
+    keys = list(RESNET18_COUNT) if args.layers == "all" else args.layers.split(",")
+    total = 0.0
+    for key in keys:
         name, hw, c, o, k, s, p = LAYERS[key]
         spec = dict(batch=1, height=hw, width=hw, channels=c, filters=o, kernel=k, stride=s, padding=p,
                     a_bits=args.ab, w_bits=args.wb, mode="unipolar")
@@ -57,7 +65,9 @@ def main() -> None:
         if not args.unfused:
             spec.update(glue_out_bits=args.ab, out_word=spec.get("out_word", "uint32"))
         if args.a53:
-            print(f"{name:34s} {a53_count(spec) / 1e6:8.3f} M aarch64 instructions per call", flush=True)
+            n = a53_count(spec)
+            total += n * RESNET18_COUNT.get(key, 0)
+            print(f"{name:34s} {n / 1e6:8.3f} M aarch64 instructions per call", flush=True)
             continue
         func = ops.conv2d_prim_func(arch=host.arch, **spec)
         ex = ops.build(func, target=host)
@@ -100,6 +110,8 @@ def main() -> None:
             ops_ = [ln.split("\t")[1] for ln in asm.splitlines() if ln.count("\t") >= 1 and ln.startswith(" ")]
             print(f"   aarch64: {len(ops_)} instrs, cnt {ops_.count('cnt')}, uadalp {ops_.count('uadalp')}, "
                   f"uaddlp {ops_.count('uaddlp')}, ldr/str sp {asm.count('[sp')}", flush=True)
+    if args.a53 and args.layers == "all":
+        print(f"ResNet18's binary convs, summed: {total / 1e6:.1f} M aarch64 instructions", flush=True)
 
 
 def a53_count(spec: dict) -> float:
