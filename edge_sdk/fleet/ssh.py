@@ -148,8 +148,10 @@ class Connection:
         if d.key is not None and not os.path.exists(d.key):
             raise DeviceError(f"device {d}: key file {d.key} does not exist ({d.where})")
         try:
+            sock = socket.create_connection((d.host, d.port), timeout=self.connect_timeout)
+            _bound_silence(sock, self.io_timeout)
             client.connect(
-                d.host, port=d.port, username=d.user, key_filename=d.key, timeout=self.connect_timeout,
+                d.host, port=d.port, username=d.user, key_filename=d.key, timeout=self.connect_timeout, sock=sock,
                 banner_timeout=self.connect_timeout, auth_timeout=self.connect_timeout,
                 allow_agent=d.key is None, look_for_keys=d.key is None)
         except DeviceError:
@@ -176,12 +178,14 @@ class Connection:
         self._client = client
 
     def close(self) -> None:
-        if self._sftp is not None:
-            self._sftp.close()
-            self._sftp = None
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        """Close quietly: closing a session whose link died sends a last packet that can only fail."""
+        sftp, client, self._sftp, self._client = self._sftp, self._client, None, None
+        for thing in (sftp, client):
+            if thing is not None:
+                try:
+                    thing.close()
+                except (OSError, paramiko.SSHException, EOFError):
+                    pass
 
     # -- commands ----------------------------------------------------------------------------
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = 60.0,
@@ -337,9 +341,28 @@ def _collect(chan: paramiko.Channel, timeout: float | None) -> tuple[bytes, byte
             idle = min(idle * 2, 0.02)
 
 
+def _bound_silence(sock: socket.socket, seconds: float) -> None:
+    """Make the kernel end a connection whose peer stopped acknowledging for `seconds`.
+
+    paramiko's writer retries a full socket send buffer forever (packet.write_all), so on a
+    silent link (no RST, no FIN) a channel timeout alone cannot stop an upload; TCP_USER_TIMEOUT
+    turns that into ETIMEDOUT, and keepalive probes do the same for a connection waiting idle
+    on a long command. A live but busy device answers probes from its kernel, so slow work is
+    never cut."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_USER_TIMEOUT"):  # Linux
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(seconds * 1000))
+        probe = max(1, int(seconds // 3))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, probe)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, probe)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+
+
 def _why(e: BaseException, io_timeout: float) -> str:
     if isinstance(e, (socket.timeout, TimeoutError)):
         return f"no answer from the device for {io_timeout:g} s"
+    if isinstance(e, EOFError) and not str(e):  # what a TCP_USER_TIMEOUT / keepalive expiry looks like
+        return f"the device closed it or stopped answering (nothing acknowledged for up to {io_timeout:g} s)"
     return str(e) or type(e).__name__
 
 
