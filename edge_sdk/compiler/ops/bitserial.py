@@ -207,20 +207,16 @@ def dense_compute(*, batch: int, features: int, units: int, a_bits: int, w_bits:
 
 @dataclass(frozen=True)
 class CpuSchedule:
-    """Tile sizes per target family: `vec` output channels per vector, `xt` output pixels per tile,
-    and the packing `word` networks use (bitserial_graph).
-
-    Unipolar (ops/bitserial_popc.py): uint16 words and uint16 accumulators, 16 output channels per
-    tile row: xt x a_bits x 16 lanes = 4 x 2 x 2 NEON q registers (of 32; the inner loop is ld1r, and,
-    cnt, uadalp), or 4 x 2 AVX2 ymm (of 16). uint64 words measured the same on x86 (znver3: no vector
-    popcount; LLVM's nibble-table popcount is 12 uops per 256 bit-MACs either way); uint8 words pay a
-    widening per step, uint32 a second uaddlp. Bipolar keeps the per-term int32 form (vec x xt tile).
+    """Per target family. Bipolar (per-term int32 form): `vec` channels x `xt` pixels per tile.
+    Unipolar (ops/bitserial_popc.py): uint16 `word`s and accumulators, a tile of pop_xt pixels x
+    a_bits planes x pop_bits (32 channels): 2 x 2 x 4 NEON q registers (ld1r, and, cnt, uadalp), 2 x 2
+    x 2 AVX2 ymm. On znver3 (no vector popcount) uint64 words measured the same as uint16.
     """
 
     vec: int
     xt: int
     word: str = "uint16"
-    pop_xt: int = 2  # unipolar register tile: pop_xt pixels x a_bits planes x pop_bits of accumulators
+    pop_xt: int = 2
     pop_bits: int = 512
 
 
