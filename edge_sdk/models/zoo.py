@@ -25,8 +25,9 @@ BN_EPS = 1e-3
 class _Weights:
     """Hands out named weights from an .npz (checking shapes, and that none is left unused) or seeded init."""
 
-    def __init__(self, npz: Path | None, seed: int):
+    def __init__(self, npz: Path | None, seed: int, *, fc_gain: float = 1.0):
         self.path = npz
+        self.fc_gain = fc_gain
         self.rng = np.random.default_rng(seed)
         self.used: set[str] = set()
         self.arrays = None
@@ -52,8 +53,8 @@ class _Weights:
         r = self.rng
         if kind == "weight":
             return (r.standard_normal(shape) * math.sqrt(2.0 / fan_in)).astype(np.float32)
-        if kind == "fc":  # small logits, so a random model's softmax is not one-hot
-            return (r.standard_normal(shape) * 0.1 / math.sqrt(fan_in)).astype(np.float32)
+        if kind == "fc":  # logits with a std of ~2: a random model's softmax is neither flat nor one-hot
+            return (r.standard_normal(shape) * 0.1 * self.fc_gain / math.sqrt(fan_in)).astype(np.float32)
         if kind == "gamma":
             return r.uniform(0.5, 1.5, shape).astype(np.float32)
         if kind == "var":
@@ -203,10 +204,13 @@ def _resnet18(net: _Net, x, *, alpha: float, classes: int):
     return net.head(x, classes)
 
 
+# name: (builder, defaults, (mean, std), fc_gain). fc_gain scales the random classifier so the logits of a
+# random model have a std of about 2 (measured at 224: 0.13 / 0.25 / 5.8 with gain 1); otherwise MobileNet's
+# softmax over 1000 classes is flat, below one int8 output step (1/256), and int8 top-1 means nothing.
 ZOO = {
-    "mobilenet_v1": (_mobilenet_v1, {"alpha": 1.0, "resolution": 224}, (127.5, 127.5)),
-    "mobilenet_v2": (_mobilenet_v2, {"alpha": 1.0, "resolution": 224}, (127.5, 127.5)),
-    "resnet18": (_resnet18, {"alpha": 1.0, "resolution": 224}, (127.5, 127.5)),
+    "mobilenet_v1": (_mobilenet_v1, {"alpha": 1.0, "resolution": 224}, (127.5, 127.5), 32.0),
+    "mobilenet_v2": (_mobilenet_v2, {"alpha": 1.0, "resolution": 224}, (127.5, 127.5), 8.0),
+    "resnet18": (_resnet18, {"alpha": 1.0, "resolution": 224}, (127.5, 127.5), 0.35),
 }
 
 
@@ -215,12 +219,12 @@ def build_zoo_model(name: str, *, alpha: float | None = None, resolution: int | 
     """Build a zoo model in Relax with weights bound as constants."""
     if name not in ZOO:
         raise UsageError(f"unknown model '{name}': {did_you_mean(name, ZOO)} (or give a .tflite/.onnx file)")
-    fn, defaults, (mean, std) = ZOO[name]
+    fn, defaults, (mean, std), fc_gain = ZOO[name]
     alpha = defaults["alpha"] if alpha is None else alpha
     res = defaults["resolution"] if resolution is None else resolution
     if alpha <= 0 or res < 32:
         raise UsageError(f"model '{name}': need alpha > 0 and resolution >= 32, got alpha={alpha} resolution={res}")
-    w = _Weights(weights, seed)
+    w = _Weights(weights, seed, fc_gain=fc_gain)
     net = _Net(w, (1, res, res, 3))
     from tvm import relax
 
