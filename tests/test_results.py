@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from edge_sdk.errors import ConfigError, UsageError
-from edge_sdk.results import SCHEMA_VERSION, ResultsStore, add_results_parser, default_db_path, drive_results
+from edge_sdk.results import SCHEMA_VERSION, ResultsStore, add_results_parser, default_db_path
 
 LAYERS = [
     {"name": "conv1", "op": "conv2d", "inputs": [[1, 8, 8, 3]], "weights": [[3, 3, 3, 4]], "output": [1, 8, 8, 4],
@@ -100,6 +100,39 @@ def test_package_identity_without_a_given_sha(store, tmp_path):
 def test_per_layer_as_a_mapping(store):
     store.record_run(run_json(per_layer_ms={"conv1": 2, "avgpool": 0.25}), manifest(), device="a")
     assert store.query()[0]["per_layer_ms"] == [{"name": "conv1", "ms": 2.0}, {"name": "avgpool", "ms": 0.25}]
+
+
+def test_measured_conv_glue_split_is_kept(store):
+    """A profiled run's per-layer conv/glue split (runtime/profile.py) survives the store; a half split
+    (only one of the two) is dropped rather than stored as if it were measured."""
+    per_layer = [{"name": "conv1", "op": "conv2d", "ms": 7.5, "conv_ms": 6.0, "glue_ms": 1.5},
+                 {"name": "avgpool", "op": "mean", "ms": 0.5, "conv_ms": 0, "glue_ms": 0.5},
+                 {"name": "extra", "ms": 0.25, "conv_ms": 0.2}]
+    store.record_run(run_json(per_layer_ms=per_layer), manifest(), device="a")
+    [row] = store.query()
+    assert row["per_layer_ms"] == [per_layer[0], {**per_layer[1], "conv_ms": 0.0},
+                                   {"name": "extra", "ms": 0.25}]
+    with pytest.raises(UsageError, match=r"per_layer_ms\[0\]: conv_ms/glue_ms must be numbers"):
+        store.record_run(run_json(per_layer_ms=[{"name": "c", "ms": 1, "conv_ms": "x", "glue_ms": 1}]),
+                         manifest(), device="a")
+
+
+def test_a_file_written_before_the_split_still_reads(tmp_path):
+    """The split needs no schema change: a v1 file whose per-layer JSON has only name/ms/op (as every
+    edge-sdk before it wrote) opens, reads, and takes new runs with a split beside the old ones."""
+    db = tmp_path / "old.sqlite"
+    with ResultsStore(db) as s:
+        s.record_run(run_json(), manifest(), device="old")
+    with sqlite3.connect(db) as c:  # what an older writer left: no conv_ms/glue_ms keys at all
+        c.execute("UPDATE measurements SET per_layer_ms = ?",
+                  (json.dumps([{"name": "conv1", "ms": 7.5, "op": "conv2d"}]),))
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 1
+    with ResultsStore(db) as s:
+        s.record_run(run_json(per_layer_ms=[{"name": "conv1", "ms": 2.0, "conv_ms": 1.5, "glue_ms": 0.5}]),
+                     manifest(), device="new")
+        old, new = s.query()
+    assert old["per_layer_ms"] == [{"name": "conv1", "ms": 7.5, "op": "conv2d"}]
+    assert new["per_layer_ms"] == [{"name": "conv1", "ms": 2.0, "conv_ms": 1.5, "glue_ms": 0.5}]
 
 
 def test_export_csv_and_json(store, tmp_path):

@@ -121,8 +121,17 @@ def package_identity(run_json: dict, manifest: dict, extra: dict) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 
 
+_SPLIT = ("conv_ms", "glue_ms")  # a profiled run's measured split of a layer's time (runtime/profile.py)
+
+
 def normalize_per_layer(value) -> list[dict]:
-    """Per-layer times as [{"name", "ms", "op"?}, ...] in run order; accepts that list or {name: ms}."""
+    """Per-layer times as [{"name", "ms", "op"?, "conv_ms"?, "glue_ms"?}, ...] in run order; accepts that
+    list or {name: ms}.
+
+    The measured conv/glue split lives in the same JSON column as the times (no schema change: a v1
+    file written before it still reads, its layers simply carry no split). A split is kept only
+    when both halves are there, so a reader never sees half of one.
+    """
     if not value:
         return []
     if isinstance(value, dict):
@@ -131,7 +140,13 @@ def normalize_per_layer(value) -> list[dict]:
     for i, row in enumerate(value):
         if not isinstance(row, dict) or "name" not in row or "ms" not in row:
             raise UsageError(f"per_layer_ms[{i}]: expected {{'name': ..., 'ms': ...}}, got {row!r}")
-        out.append({k: row[k] for k in ("name", "ms", "op") if k in row} | {"ms": float(row["ms"])})
+        kept = {k: row[k] for k in ("name", "ms", "op") if k in row} | {"ms": float(row["ms"])}
+        if all(row.get(k) is not None for k in _SPLIT):
+            try:
+                kept |= {k: float(row[k]) for k in _SPLIT}
+            except (TypeError, ValueError):
+                raise UsageError(f"per_layer_ms[{i}]: conv_ms/glue_ms must be numbers, got {row!r}") from None
+        out.append(kept)
     return out
 
 
