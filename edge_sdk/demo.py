@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_sdk.errors import DeviceError, EdgeError, UsageError
+from edge_sdk.errors import DeviceError, UsageError
 
 _REPO = Path(__file__).resolve().parent.parent
 APP_DIR = _REPO / "apps" / "classify"

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from edge_sdk.errors import DeviceError, EdgeError, UsageError
+from edge_sdk.errors import DeviceError, UsageError
 
 _DEVICE_ERROR = DeviceError.exit_code
 
@@ -265,31 +265,3 @@ def drive_remote_run(args) -> int:
               f"median {res['latency_ms']['median']:.2f} ms over {res['repeats']} runs; golden check "
               f"{'ok' if res['golden']['ok'] else 'FAILED'} (max abs err {res['golden']['max_abs_err']}); top: {top}")
     return 0 if res["golden"]["ok"] else 7
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (tests, and until the lead registers these in edge_sdk.cli)."""
-    parser = argparse.ArgumentParser(prog="edge-sdk")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_deploy_parser(sub)
-    add_fleet_parser(sub)
-    r = sub.add_parser("run")
-    r.add_argument("package", type=Path)
-    r.add_argument("--input", type=Path)
-    r.add_argument("--repeat", type=int, default=10)
-    r.add_argument("--warmup", type=int, default=1)
-    r.add_argument("--threads", type=int, default=1)
-    r.add_argument("--top", type=int, default=5)
-    r.add_argument("--json", action="store_true")
-    add_remote_run_options(r)
-    r.set_defaults(drive=drive_remote_run)
-    args = parser.parse_args(argv)
-    try:
-        return args.drive(args)
-    except EdgeError as e:
-        print(f"edge-sdk: error: {e}", file=sys.stderr)
-        return e.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

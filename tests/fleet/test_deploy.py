@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_sdk.fleet import cli as fleet_cli
+from edge_sdk.cli import main as cli_main
 from edge_sdk.fleet.deploy import LocalBundle, LocalPackage, deploy
 from edge_sdk.fleet.remote import rollback, run_remote
 from edge_sdk.fleet.ssh import Connection
@@ -104,7 +104,7 @@ def test_new_version_keeps_previous_then_rollback_and_remote_run(fleet, v1, v2, 
 def test_stopped_device_does_not_stop_the_others(fleet, v1, capsys):
     loops, devices, kh = fleet
     loops.stop_device("loop2")
-    code = fleet_cli.main(["deploy", str(v1.path), "--fleet", str(loops.fleet_yaml), "--known-hosts", str(kh),
+    code = cli_main(["deploy", str(v1.path), "--fleet", str(loops.fleet_yaml), "--known-hosts", str(kh),
                            "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 8

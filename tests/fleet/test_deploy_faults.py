@@ -11,7 +11,6 @@ import hashlib
 import io
 import json
 import os
-import posixpath
 import pwd
 import random
 import shutil
@@ -25,15 +24,14 @@ from pathlib import Path
 
 import pytest
 
-from edge_sdk.errors import DeviceError, PackageError
-from edge_sdk.errors import ConfigError
-from edge_sdk.fleet import cli as fleet_cli
+from edge_sdk.cli import main as cli_main
+from edge_sdk.errors import ConfigError, DeviceError, PackageError
 from edge_sdk.fleet.config import load_fleet
-from edge_sdk.fleet.deploy import MODELS, RUNTIME, LocalBundle, LocalPackage, _check_bundle_archive, deploy, \
+from edge_sdk.fleet.deploy import LocalBundle, LocalPackage, _check_bundle_archive, deploy, \
     install_runtime
 from edge_sdk.fleet.remote import run_remote
 from edge_sdk.fleet.ssh import Connection
-from edge_sdk.package import MANIFEST, MEMBERS
+from edge_sdk.package import MEMBERS
 
 
 def _root(loop) -> Path:
@@ -125,7 +123,7 @@ def test_changed_host_key_and_refused_login_fail_only_those_devices(fleet, v1, v
     loops.start_device("loop2", new_host_key=True)  # reinstalled, or someone in the middle
     (loops["loop3"].home / ".ssh" / "authorized_keys").write_text(
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBzJ0u1vKX7d6v7oW1fBRuWnqfW3Z6qUJxkQ3o8gQm3P someone-else\n")
-    code = fleet_cli.main(["deploy", str(v2.path), "--fleet", str(loops.fleet_yaml), "--known-hosts", str(kh),
+    code = cli_main(["deploy", str(v2.path), "--fleet", str(loops.fleet_yaml), "--known-hosts", str(kh),
                            "--json"])
     rows = json.loads(capsys.readouterr().out)
     assert code == 8
@@ -190,7 +188,7 @@ def test_hostile_package_is_refused_here_and_on_the_device(fleet, v1, tmp_path, 
 
     with pytest.raises(PackageError, match="unexpected member|checksum mismatch"):
         LocalPackage.load(evil)  # refused before anything is sent
-    assert fleet_cli.main(["deploy", str(evil), "--fleet", str(loops.fleet_yaml), "--known-hosts", str(kh)]) == 6
+    assert cli_main(["deploy", str(evil), "--fleet", str(loops.fleet_yaml), "--known-hosts", str(kh)]) == 6
     assert not _root(loop).exists()
 
     # the device's own check: the file is already at its content-addressed path (put there by
@@ -273,7 +271,7 @@ def test_shell_metacharacters_run_nothing_on_the_device(fleet, v1, host_package,
             line = text[:text.index("touch")].count("\n") + 1
             with pytest.raises(ConfigError, match=rf"^.*bad\.yaml:{line} "):
                 load_fleet(bad)
-            code = fleet_cli.main(["deploy", str(v1.path), "--fleet", str(bad), "--known-hosts", str(kh)])
+            code = cli_main(["deploy", str(v1.path), "--fleet", str(bad), "--known-hosts", str(kh)])
             assert code == 3, text  # before any connection
     # where they are accepted (a local key path, a package file and model name, a device object
     # built in code), they stay literal text
