@@ -23,6 +23,7 @@ from edge_sdk.results.store import SCHEMA_VERSION, ResultsStore
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 sys.path.insert(0, str(TOOLS))
 from dashboard_screenshot import fill_sample_store  # noqa: E402
+from test_results import manifest, run_json  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,15 @@ def sample_db(tmp_path_factory) -> Path:
     db = tmp_path_factory.mktemp("dash") / "results.sqlite"
     with ResultsStore(db) as store:
         fill_sample_store(store)
+        # A profiled run (edge-runner --profile): each layer's time measured as conv + glue. The split
+        # differs from the op-based one (conv1's fused epilogue is glue), so a chart that ignores it fails.
+        store.record_run(run_json(per_layer_ms=MEASURED), manifest(), device="profiled-pi",
+                         extra={"source": "bench"})
     return db
+
+
+MEASURED = [{"name": "conv1", "op": "conv2d", "ms": 7.5, "conv_ms": 6.0, "glue_ms": 1.5},
+            {"name": "avgpool", "op": "mean", "ms": 0.5, "conv_ms": 0.0, "glue_ms": 0.5}]
 
 
 def s_all(db) -> list[dict]:
@@ -56,6 +65,8 @@ def expected(sample_db) -> dict:
                            for lyr in pkgs[r["package_sha256"]]["layers"] if lyr["flops"] > 0),
         "accuracy": {r["run_id"]: r["accuracy"] for r in latest if r["accuracy"] is not None},
         "profiled": {r["run_id"] for r in latest if r["per_layer_ms"]},
+        "split": {(r["run_id"], x["name"]): (x["conv_ms"], x["glue_ms"]) for r in latest for x in r["per_layer_ms"]
+                  if "conv_ms" in x},
         "stale": [r["run_id"] for r in s_all(sample_db) if r["run_id"] not in {x["run_id"] for x in latest}],
     }
 
@@ -73,6 +84,18 @@ def test_chart_data_matches_the_store(sample_db, expected):
         assert run["conv_ms"] + run["glue_ms"] == pytest.approx(sum(x["ms"] for x in run["segments"]))
         assert {x["kind"] for x in run["segments"]} == {"conv", "glue"}
     assert {r["run_id"] for r in d["unprofiled"]} == set(expected["latency"]) - expected["profiled"]
+    split = expected["split"]
+    assert len(split) == len(MEASURED)
+    for run in d["layers"]:
+        for x in run["segments"]:
+            key = (run["run_id"], x["name"])
+            if key in split:  # measured: the runner's split, not the op's
+                assert (x["split"], x["conv_ms"], x["glue_ms"]) == ("measured", *split[key])
+            else:  # op-based: all of the layer's time to its op's kind
+                assert x["split"] == "op"
+                assert (x["conv_ms"], x["glue_ms"]) == ((x["ms"], 0.0) if x["kind"] == "conv" else (0.0, x["ms"]))
+    [profiled] = [r for r in d["layers"] if r["device"] == "profiled-pi"]
+    assert (profiled["measured"], profiled["conv_ms"], profiled["glue_ms"]) == (True, 6.0, 2.0)
     for panel in d["roofline"]:
         for p in panel["points"]:
             bound = min(panel["peak_gflops"], panel["mem_gbps"] * p["intensity"])
@@ -191,6 +214,9 @@ def _check_marks(marks, expected):
     assert len(marks["latency"]) == len(expected["latency"])
     assert {int(m["runId"]): float(m["speedup"]) for m in marks["speedup"]} == pytest.approx(expected["speedup"])
     assert sorted((int(m["runId"]), m["layer"]) for m in marks["layer"]) == expected["layer"]
+    drawn = {(int(m["runId"]), m["layer"]): (float(m["convMs"]), float(m["glueMs"]))
+             for m in marks["layer"] if m["split"] == "measured"}
+    assert drawn == expected["split"]
     assert sorted((int(m["runId"]), m["layer"]) for m in marks["roofline"]) == expected["roofline"]
     assert {m["measured"] == "true" for m in marks["roofline"]} == {True, False}
     assert {int(m["runId"]): float(m["accuracy"]) for m in marks["accuracy"]} == pytest.approx(expected["accuracy"])
@@ -206,6 +232,8 @@ def test_served_page_in_chromium(chromium_ok, sample_db, expected, tmp_path):
             assert browser.load(f"http://127.0.0.1:{server.server_address[1]}/") == "1"
             marks = _marks(browser)
             tables = browser.evaluate("document.querySelectorAll('table').length")
+            parts = browser.evaluate("JSON.stringify([...document.querySelectorAll('[data-split=measured] rect')]"
+                                     ".map(r => r.dataset.part))")
             rows = browser.evaluate("document.querySelector('#latency table').tBodies[0].rows.length")
             svgs = browser.evaluate("[...document.querySelectorAll('svg.chart')].every("
                                     "s => s.getAttribute('role') === 'img' && s.querySelector('title'))")
@@ -217,6 +245,7 @@ def test_served_page_in_chromium(chromium_ok, sample_db, expected, tmp_path):
     assert errors == []
     _check_marks(marks, expected)
     assert tables == 5 and rows == len(expected["latency"]) and svgs
+    assert json.loads(parts) == ["conv", "glue", "glue"]  # conv1: conv + glue; avgpool: glue only (0 ms conv)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
 
 
@@ -239,7 +268,6 @@ def test_exported_file_in_chromium_offline(chromium_ok, sample_db, expected, tmp
 def test_empty_store_and_hostile_names_in_chromium(chromium_ok, tmp_path):
     """An empty store says so; a device name full of markup is shown as text, never run."""
     from cdp import Chromium
-    from test_results import manifest, run_json
 
     empty = tmp_path / "empty.sqlite"
     ResultsStore(empty).close()

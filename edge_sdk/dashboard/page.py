@@ -39,13 +39,22 @@ def _run_key(r: dict) -> dict:
 
 
 def _layer_rows(run: dict, pkg: dict | None) -> list[dict]:
-    """The run's per-layer times joined to the package's layer table by name (for op, FLOPs, bytes)."""
+    """The run's per-layer times joined to the package's layer table by name (for op, FLOPs, bytes).
+
+    conv_ms/glue_ms: the runner's measured split when the run was profiled (runtime/profile.py: a
+    fused conv kernel's epilogue counts as glue), else all of the layer's time goes to its op's kind.
+    """
     by_name = {lyr["name"]: lyr for lyr in (pkg or {}).get("layers", [])}
     rows = []
     for t in run["per_layer_ms"]:
         lyr = by_name.get(t["name"], {})
         op = t.get("op") or lyr.get("op")
-        rows.append({"name": t["name"], "op": op or "", "kind": layer_kind(op, t["name"]), "ms": t["ms"],
+        kind = layer_kind(op, t["name"])
+        measured = t.get("conv_ms") is not None and t.get("glue_ms") is not None
+        conv, glue = ((t["conv_ms"], t["glue_ms"]) if measured else
+                      (t["ms"], 0.0) if kind == "conv" else (0.0, t["ms"]))
+        rows.append({"name": t["name"], "op": op or "", "kind": kind, "ms": t["ms"], "conv_ms": conv,
+                     "glue_ms": glue, "split": "measured" if measured else "op",
                      "flops": lyr.get("flops"), "bytes": (lyr["bytes_read"] + lyr["bytes_written"]) if lyr else None,
                      "intensity": lyr.get("intensity")})
     return rows
@@ -80,9 +89,8 @@ def chart_data(store: ResultsStore) -> dict:
             unprofiled.append(_run_key(r))
             continue
         rows = _layer_rows(r, pkgs.get(r["package_sha256"]))
-        layers.append({**_run_key(r), "segments": rows,
-                       "conv_ms": sum(x["ms"] for x in rows if x["kind"] == "conv"),
-                       "glue_ms": sum(x["ms"] for x in rows if x["kind"] == "glue")})
+        layers.append({**_run_key(r), "segments": rows, "measured": any(x["split"] == "measured" for x in rows),
+                       "conv_ms": sum(x["conv_ms"] for x in rows), "glue_ms": sum(x["glue_ms"] for x in rows)})
 
     roofline: dict[tuple, dict] = {}
     for r in runs:

@@ -64,7 +64,8 @@ function drawSpeedup(data, colorOf) {
 
 function drawLayers(data) {
   const s = section("layers", "Per-layer time: conv vs glue",
-    "Each bar is one run, cut into its layers in execution order. Conv: convolutions and dense layers (the bitserial kernels included); glue: everything else (pooling, softmax, standalone quantize/bitpack).");
+    "Each bar is one run, cut into its layers in execution order. Conv: convolutions and dense layers (the bitserial kernels included); glue: everything else (pooling, softmax, standalone quantize/bitpack). " +
+    "A profiled run splits each layer as measured by the runner (a conv layer's fused epilogue and its quantize/bitpack kernels count as glue); other runs give a layer's whole time to its op's kind.");
   legend(s, [{ label: "conv (compute layers)", color: KIND_COLOR.conv }, { label: "glue (other layers)", color: KIND_COLOR.glue }]);
   if (!data.layers.length) {
     note(s, "No per-layer profile yet: none of the runs carries per-layer times.");
@@ -80,7 +81,8 @@ function drawLayers(data) {
   }
   const flat = data.layers.flatMap((r) => r.segments.map((x) => ({ ...x, model: r.model, setup: r.setup, variant: r.variant })));
   dataTable(s, "Per-layer time (ms)", RUN_COLS.concat([["layer", (r) => r.name], ["op", (r) => r.op],
-    ["kind", (r) => r.kind], ["ms", (r) => r.ms]]), flat);
+    ["kind", (r) => r.kind], ["ms", (r) => r.ms], ["conv ms", (r) => r.conv_ms], ["glue ms", (r) => r.glue_ms],
+    ["split", (r) => r.split]]), flat);
 }
 
 function drawRoofline(data, colorOf) {

@@ -156,7 +156,8 @@ function hbarChart(parent, rows, opts) {
   return svg;
 }
 
-// One horizontal bar per run, made of one segment per layer, coloured conv or glue.
+// One horizontal bar per run, made of one segment per layer (a <g>, the layer's mark): one rect in its
+// op's colour, or, when the run was profiled, a conv rect then a glue rect of the measured split.
 function stackedChart(parent, runs, opts) {
   const BAR = 22, GAP = 12, TOP = 10;
   const height = TOP + runs.length * (BAR + GAP) + 50;
@@ -169,11 +170,20 @@ function stackedChart(parent, runs, opts) {
     el("text", { x: LABEL_W - 8, y: y + BAR - 6, class: "bar-label", "text-anchor": "end" }, svg, r.rowLabel);
     let t = 0;
     for (const s of r.segments) {
-      const seg = el("rect", { x: x(t), y, width: Math.max(0.5, x(t + s.ms) - x(t)), height: BAR,
-        fill: KIND_COLOR[s.kind], class: "mark segment" }, svg);
+      const seg = el("g", { class: "segment" }, svg);
       tag(seg, "layer", { run_id: r.run_id, model: r.model, variant: r.variant, device: r.device, layer: s.name,
-        op: s.op, kind: s.kind, ms: s.ms });
-      el("title", {}, seg, `${s.name} (${s.op || "?"}, ${s.kind}): ${fmt(s.ms)} ms`);
+        op: s.op, kind: s.kind, ms: s.ms, conv_ms: s.conv_ms, glue_ms: s.glue_ms, split: s.split });
+      const parts = s.split === "measured" ? [["conv", s.conv_ms], ["glue", s.glue_ms]] : [[s.kind, s.ms]];
+      let u = t;
+      for (const [kind, ms] of parts) {
+        if (ms <= 0 && parts.length > 1) continue;
+        el("rect", { x: x(u), y, width: Math.max(0.5, x(u + ms) - x(u)), height: BAR, fill: KIND_COLOR[kind],
+          class: "mark", "data-part": kind }, seg);
+        u += ms;
+      }
+      el("title", {}, seg, s.split === "measured"
+        ? `${s.name} (${s.op || "?"}): ${fmt(s.ms)} ms, measured conv ${fmt(s.conv_ms)} ms + glue ${fmt(s.glue_ms)} ms`
+        : `${s.name} (${s.op || "?"}, ${s.kind}): ${fmt(s.ms)} ms`);
       t += s.ms;
     }
     const total = r.conv_ms + r.glue_ms;
