@@ -83,9 +83,10 @@ class BenchResult:
     system: dict
     rows: list[BenchRow]
     store: dict = field(default_factory=dict)
+    device: str | None = None  # a fleet device's name when measured there (device.py), else None: this machine
 
     def to_json(self) -> dict:
-        return {"schema": SCHEMA, "model": self.model, "target": self.target, "mode": self.mode,
+        return {"schema": SCHEMA, "model": self.model, "target": self.target, "device": self.device, "mode": self.mode,
                 "emulate_cpu": self.emulate_cpu, "options": self.options, "system": self.system,
                 "rows": [r.to_json() for r in self.rows], "store": self.store}
 
@@ -366,6 +367,9 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--min-time-ms", type=float, default=1000.0, help="time each row at least this long (default 1000)")
     p.add_argument("--rounds", type=int, default=3, help="split the timing into this many passes over all rows, "
                    "so machine load hits every row alike (default 3)")
+    p.add_argument("--device", help="measure on this device of --fleet: compile for its target, deploy, run there")
+    p.add_argument("--fleet", type=Path, help="fleet file naming --device")
+    p.add_argument("--known-hosts", type=Path, help="known_hosts file for --device (default: edge-sdk's own)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--db", type=Path, help="results store to write (default: the user's results.sqlite)")
     p.add_argument("--no-store", action="store_true", help="do not write the results store")
@@ -381,6 +385,10 @@ def drive_bench(args) -> int:
         raise UsageError("--warmup must be >= 0, --repeat >= 1, --min-time-ms >= 0, --rounds >= 1")
     if args.no_store and args.db:
         raise UsageError("--db and --no-store contradict each other")
+    if bool(args.device) != bool(args.fleet):
+        raise UsageError("--device and --fleet go together: name a device of a fleet file")
+    if args.device and (args.peers or args.emulate or args.target != "host"):
+        raise UsageError("--device runs on the device's own target: drop --peers, --emulate and --target")
     console = _console()
     t0 = time.perf_counter()
     with console.status(f"loading {args.model}") as status:
@@ -389,9 +397,16 @@ def drive_bench(args) -> int:
         def progress(msg: str) -> None:
             status.update(f"bench {model.name}: {msg}")
 
-        result = run_bench(model, variants=variants, target=args.target, threads=threads, peers=args.peers,
-                           emulate=args.emulate, warmup=args.warmup, repeat=args.repeat,
-                           min_time_ms=args.min_time_ms, rounds=args.rounds, seed=args.seed, progress=progress)
+        if args.device:
+            from edge_sdk.bench.device import run_bench_device
+
+            result = run_bench_device(model, variants=variants, device=args.device, fleet=args.fleet,
+                                      threads=threads, warmup=args.warmup, repeat=args.repeat, seed=args.seed,
+                                      known_hosts=args.known_hosts, progress=progress)
+        else:
+            result = run_bench(model, variants=variants, target=args.target, threads=threads, peers=args.peers,
+                               emulate=args.emulate, warmup=args.warmup, repeat=args.repeat,
+                               min_time_ms=args.min_time_ms, rounds=args.rounds, seed=args.seed, progress=progress)
     result.options["seconds"] = round(time.perf_counter() - t0, 1)
     result.store = {"written": 0, "note": "--no-store"} if args.no_store else record(result, db=args.db)
     if args.json:

@@ -25,7 +25,8 @@ def render(result, *, console=None) -> None:
     s, inst = result.system, result.mode == "instructions"
     where = (f"aarch64 instructions per inference under qemu -cpu {result.emulate_cpu} "
              f"(deterministic: (K=3 - K=1)/2; instructions are not cycles)" if inst else "latency, ms")
-    out.print(f"[bold]{result.model['name']}[/] on {result.target}: {where}")
+    on = f"device {result.device} ({result.target})" if getattr(result, "device", None) else result.target
+    out.print(f"[bold]{result.model['name']}[/] on {on}: {where}")
     load = s.get("load_average")
     out.print(f"{s.get('cpu_model')} ({s.get('logical_cpus')} CPUs"
               + (f", {s['clock_mhz']:.0f} MHz" if "clock_mhz" in s else "")
@@ -75,6 +76,7 @@ def record(result, *, db=None) -> dict:
         return {"written": 0, "note": f"skipped: the results store is not available ({e})"}
     path = db or default_db_path()
     s = result.system
+    device = getattr(result, "device", None) or s["hostname"]  # a fleet device's name, else this machine's
     base = {"source": "bench", "cpu_model": s.get("cpu_model"), "clock_mhz": s.get("clock_mhz"),
             "temperature_c": s.get("temperature_c"), "load_average": s.get("load_average"),
             "versions": s.get("versions")}
@@ -84,7 +86,7 @@ def record(result, *, db=None) -> dict:
             if not r.latency_ms or r.status not in ("ok", "wrong output"):
                 continue
             if r.ours and r.run_json and r.manifest:
-                store.record_run(r.run_json, r.manifest, device=s["hostname"], extra={**base, "status": r.status})
+                store.record_run(r.run_json, r.manifest, device=device, extra={**base, "status": r.status})
             elif not r.ours:
                 name = f"{r.engine}-{r.variant}"
                 manifest = {"model": {"name": result.model["name"]}, "variant": name,
@@ -93,7 +95,7 @@ def record(result, *, db=None) -> dict:
                             "peer_file": r.package}
                 run = {"model": result.model["name"], "variant": name, "target": result.target,
                        "threads": r.threads, "emulated": False, "repeats": r.repeats, "latency_ms": r.latency_ms}
-                store.record_run(run, manifest, device=s["hostname"], extra={**base, "engine": r.engine,
+                store.record_run(run, manifest, device=device, extra={**base, "engine": r.engine,
                                                                              "status": r.status})
             else:
                 continue

@@ -27,8 +27,13 @@ RUNNER = posixpath.join(RUNTIME, "current", "bin", "edge-runner")
 
 
 def run_remote(device: Device, package: Path, *, input_path: Path | None = None, repeat: int = 10,
-               warmup: int = 1, threads: int = 1, k: int = 5, known_hosts=None, timeout: float = 1800) -> dict:
-    """Run the package installed on `device` (found by its sha256) and report like `edge-sdk run --json`."""
+               warmup: int = 1, threads: int = 1, k: int = 5, known_hosts=None, timeout: float = 1800,
+               profile: bool = False) -> dict:
+    """Run the package installed on `device` (found by its sha256) and report like `edge-sdk run --json`.
+
+    `profile`: the runner's --profile (`repeat` more runs, every VM call timed), joined with the
+    manifest into per_layer_ms with the measured conv/glue split (runtime/profile.py), as a local run.
+    """
     from edge_sdk.package import open_package
     from edge_sdk.run import load_input, top_k
 
@@ -47,7 +52,7 @@ def run_remote(device: Device, package: Path, *, input_path: Path | None = None,
             try:
                 argv = [RUNNER, "--lib", j("model.so"), "--params", j("params.bin"), "--warmup", str(warmup),
                         "--repeat", str(repeat), "--threads", str(threads),
-                        "--output", posixpath.join(scratch, "out.npy")]
+                        "--output", posixpath.join(scratch, "out.npy")] + (["--profile"] if profile else [])
                 if x is not None:
                     np.save(Path(tmp) / "in.npy", np.ascontiguousarray(x), allow_pickle=False)
                     conn.put(Path(tmp) / "in.npy", posixpath.join(scratch, "in.npy"))
@@ -68,6 +73,13 @@ def run_remote(device: Device, package: Path, *, input_path: Path | None = None,
         out = np.load(Path(tmp) / "out.npy", allow_pickle=False)
         m = local.manifest
     lat = np.asarray(raw["latencies_ms"])
+    prof = {}
+    if profile and raw.get("profile"):
+        from edge_sdk.runtime.profile import layer_times
+
+        lp = layer_times(m["layers"], raw["profile"])
+        prof = {"per_layer_ms": lp.per_layer_ms(),
+                "profile": {"median_run_ms": lp.run_ms, "other_ms": lp.other_ms, "kernels": lp.kernels}}
     return {
         "package": str(package), "model": m["model"]["name"], "variant": m["variant"], "target": m["target"]["name"],
         "device": device.name, "address": device.address, "arch": arch,
@@ -77,7 +89,7 @@ def run_remote(device: Device, package: Path, *, input_path: Path | None = None,
         "load_ms": raw["load_ms"],
         "golden": {"ok": bool(golden["ok"]), "max_abs_err": golden["max_abs_err"]},
         "top_k": [{"class": c, "label": lbl, "score": s} for c, lbl, s in top_k(out, m.get("labels"), k)],
-        "versions": {"tvm": raw["tvm_version"], "tvm_ffi": raw["tvm_ffi_version"]},
+        "versions": {"tvm": raw["tvm_version"], "tvm_ffi": raw["tvm_ffi_version"]}, **prof,
     }
 
 
