@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_sdk.fleet import cli as fleet_cli
+from edge_sdk.cli import main as cli_main
 from edge_sdk.fleet.config import load_fleet
 from edge_sdk.fleet.deploy import LocalBundle, LocalPackage, deploy
 
@@ -45,7 +45,7 @@ def _recap(stdout: str) -> dict[str, dict[str, int]]:
 def test_ansible_playbook_installs_the_same_artifacts(fresh_fleet, known_hosts_for, host_package, tmp_path):
     kh = known_hosts_for(fresh_fleet)
     out = tmp_path / "ansible"
-    code = fleet_cli.main(["fleet", "inventory", "--format", "ansible", "--fleet", str(fresh_fleet.fleet_yaml),
+    code = cli_main(["fleet", "inventory", "--format", "ansible", "--fleet", str(fresh_fleet.fleet_yaml),
                            "--known-hosts", str(kh), "--package", str(host_package), "-o", str(out)])
     assert code == 0
     pkg, bundle = LocalPackage.load(host_package), LocalBundle.for_arch("x86_64")
@@ -81,7 +81,7 @@ def test_yaml_inventory_lists_the_same_hosts_and_groups(fresh_fleet, known_hosts
     listed = {}
     for fmt in ("ini", "yaml"):
         out = tmp_path / fmt
-        assert fleet_cli.main(["fleet", "inventory", "--fleet", str(fresh_fleet.fleet_yaml), "--known-hosts", str(kh),
+        assert cli_main(["fleet", "inventory", "--fleet", str(fresh_fleet.fleet_yaml), "--known-hosts", str(kh),
                                "--inventory-format", fmt, "--package", str(host_package), "-o", str(out)]) == 0
         inv = next(out.glob("inventory.*"))
         p = subprocess.run([_ansible("ansible-inventory"), "-i", str(inv), "--list"], capture_output=True, text=True,
