@@ -12,7 +12,6 @@ emulated (qemu-user on this machine), not a Pi's: the table says so.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import posixpath
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_sdk.errors import DeviceError, UsageError
+from edge_sdk.stand_ins import device_image_module
 
 _REPO = Path(__file__).resolve().parent.parent
 APP_DIR = _REPO / "apps" / "classify"
@@ -197,16 +197,6 @@ def write_sample_frames(folder: Path, *, n: int, size: tuple[int, int]) -> Path:
 
 # ---- devices ---------------------------------------------------------------------------------
 
-def _device_images(script: str):
-    name = f"edge_sdk_{script}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, _REPO / "device_images" / f"{script}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def start_device(target: str, *, stack: ExitStack, say):
     """An emulated Pi for pi3 packages, a loopback sshd device for host ones; stopped by `stack`."""
     if os.geteuid() != 0:
@@ -214,7 +204,7 @@ def start_device(target: str, *, stack: ExitStack, say):
                           hint="run it as root (tools/setup.sh sets the machine up)")
     root = tempfile.mkdtemp(prefix=f"edge-sdk-demo-{target}-")
     if target == "pi3":
-        mod = _device_images("emulated_pi")
+        mod = device_image_module("emulated_pi")
         if not (mod.rootfs_dir() / ".edge-sdk-rootfs").exists():
             say("building the emulated Pi's arm64 root filesystem once (debootstrap, ~4 min)")
         try:
@@ -224,7 +214,7 @@ def start_device(target: str, *, stack: ExitStack, say):
             raise DeviceError(f"cannot start the emulated Pi: {e}") from None
         kind = "emulated Pi 3 (arm64 Debian, qemu cortex-a53)"
     else:
-        mod = _device_images("loopback_fleet")
+        mod = device_image_module("loopback_fleet")
         try:
             t1 = time.monotonic()
             fleet = mod.LoopbackFleet.start(1, root, trust=True)

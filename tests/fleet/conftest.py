@@ -6,31 +6,20 @@ them; `fresh_fleet` (per test) is for tests that stop a device or change its hos
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-_REPO = Path(__file__).resolve().parents[2]
+from edge_sdk.stand_ins import device_image_module
 
 
-def _load(script: str):
-    name = f"edge_sdk_{script}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, _REPO / "device_images" / f"{script}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
-
-loopback = _load("loopback_fleet")
-emulated = _load("emulated_pi")
+loopback = device_image_module("loopback_fleet")
+emulated = device_image_module("emulated_pi")
 
 
 def _require_sshd():
