@@ -140,7 +140,8 @@ def test_conv_kernel_aarch64_asm_is_integer_neon(tmp_path):
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or shutil.which("qemu-aarch64") is None,
                     reason="needs g++-aarch64-linux-gnu and qemu-user")
 @pytest.mark.parametrize("name", ["awkward_37x30_int8", "mobilenet_v1_0.25_64_int8",
-                                  pytest.param("mobilenet_v2_0.1_64_int8", marks=pytest.mark.slow)])
+                                  pytest.param("mobilenet_v2_0.1_64_int8", marks=pytest.mark.slow),
+                                  pytest.param("resnet18_w8_64_int8", marks=pytest.mark.slow)])
 def test_pi3_under_qemu_equals_tflite_reference(tmp_path, name):
     """NEON tiles: odd sizes, stride 2, depth multiplier 2 (awkward); 1x1 GEMMs with 8..256 channels, the
     8x8 by-lane tile and the < 8 row 6x16 one, the 1x1x256 -> classes conv (MobileNetV1); residual adds
