@@ -300,10 +300,10 @@ def _schedule_fused(sch, conv, *, o: int, xt: int, cfg: CpuSchedule) -> None:
     sch.set_scope(conv, 0, "local")
     sch.set_scope(glue, 0, "local")
     full_words = o % wbits == 0  # a partial last word leaves predicated (scalar) loops
-    gl = _named_loops(sch, glue, skip=3, extents={"x": xt, "f": min(o, wbits)})
+    gl = popc.named_loops(sch, glue, skip=3, extents={"x": xt, "f": min(o, wbits)})
     if "f" in gl and full_words:
         sch.vectorize(gl["f"])
-    loops = _named_loops(sch, conv, skip=3, extents={"x": xt, "f": min(o, wbits), **_red_extents(sch, conv)})
+    loops = popc.named_loops(sch, conv, skip=3, extents={"x": xt, "f": min(o, wbits), **_red_extents(sch, conv)})
     vec = _divisor(min(o, wbits), cfg.vec) if full_words else 1
     red = [loops[k] for k in ("ry", "rx", "rc", "ib", "jb") if k in loops]
     inner = [loops["x"]] if "x" in loops else []
@@ -331,16 +331,6 @@ def _red_extents(sch, blk) -> dict[str, int]:
 
     iters = [iv for iv in sch.get(blk).iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
     return {k: int(iv.dom.extent) for k, iv in zip(("ry", "rx", "rc", "ib", "jb"), iters)}
-
-
-def _named_loops(sch, blk, *, skip: int, extents: dict[str, int]) -> dict:
-    """Name the loops compute_at made under `skip` outer loops; it drops unit-extent loops."""
-    names = [k for k, e in extents.items() if e > 1]
-    loops = sch.get_loops(blk)[skip:]
-    got = [int(sch.get(lp).extent) for lp in loops]
-    if got != [extents[k] for k in names]:
-        raise CompileError(f"bitserial conv2d schedule: unexpected loop nest {got} for {extents}")
-    return dict(zip(names, loops))
 
 
 def _has_block(sch, name: str) -> bool:

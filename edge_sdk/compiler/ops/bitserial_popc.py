@@ -70,7 +70,7 @@ def unipolar_conv(src, wgt, *, batch: int, oh: int, ow: int, filters: int, kerne
 
 # ---- schedules --------------------------------------------------------------------------------
 
-def _loops(sch, blk, *, skip: int, extents: dict[str, int]) -> dict:
+def named_loops(sch, blk, *, skip: int, extents: dict[str, int]) -> dict:
     """Name the loops compute_at made under `skip` outer loops (it drops unit-extent loops)."""
     from edge_sdk.errors import CompileError
 
@@ -106,7 +106,7 @@ def _schedule_popc(sch, *, skip: int, xt: int, fext: int, lanes: int, vectorize:
     popc = sch.get_sblock("popc")
     _, _, _, a_bits, w_bits, _ = _shape(sch, "popc")
     red_ext = _red(sch, "popc")
-    lp = _loops(sch, popc, skip=skip, extents={"x": xt, "i": a_bits, "j": w_bits, "f": fext, **red_ext})
+    lp = named_loops(sch, popc, skip=skip, extents={"x": xt, "i": a_bits, "j": w_bits, "f": fext, **red_ext})
     red = [lp[k] for k in ("ry", "rx", "rc") if k in lp]
     inner = [lp[k] for k in ("x", "i", "j") if k in lp]
     fo = fi = None
@@ -127,7 +127,7 @@ def _schedule_popc(sch, *, skip: int, xt: int, fext: int, lanes: int, vectorize:
 def _schedule_apop(sch, *, skip: int, xt: int) -> None:
     apop = sch.get_sblock("apop")
     a_bits = _shape(sch, "apop")[3]
-    lp = _loops(sch, apop, skip=skip, extents={"x": xt, "i": a_bits, **_red(sch, "apop")})
+    lp = named_loops(sch, apop, skip=skip, extents={"x": xt, "i": a_bits, **_red(sch, "apop")})
     red = [lp[k] for k in ("ry", "rx") if k in lp]
     inner = [lp[k] for k in ("x", "i") if k in lp]
     sch.reorder(*red, *inner)
@@ -164,7 +164,7 @@ def schedule_fused(sch, *, xt: int, lanes: int) -> None:
     sch.compute_at(apop, pxo)
     sch.set_scope(apop, 0, "local")
     gskip = 4  # fused(n, y), pxo, pwo, pwi
-    gl = _loops(sch, glue, skip=gskip, extents={"x": xt, "f": fext})
+    gl = named_loops(sch, glue, skip=gskip, extents={"x": xt, "f": fext})
     if "f" in gl and full:
         sch.vectorize(gl["f"])
     if "x" in gl:

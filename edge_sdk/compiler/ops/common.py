@@ -66,6 +66,19 @@ def round_up(n: int, m: int) -> int:
     return (n + m - 1) // m * m
 
 
+def pad_nhwc(x, padding, fill):
+    """NHWC input padded by (top, left, bottom, right) with `fill`, as a compute named "pad" (or x itself)."""
+    if not any(padding):
+        return x
+    pt, pl, pb, pr = padding
+    n, h, w, c = (int(d) for d in x.shape)
+    return te.compute(
+        (n, h + pt + pb, w + pl + pr, c),
+        lambda a, y, z, k: tvm.tirx.if_then_else(
+            tvm.tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl), x[a, y - pt, z - pl, k], fill),
+        name="pad")
+
+
 def apply_epilogue(value, bias, act: tuple, residual=None):
     """bias add, residual add, then ReLU / clip: the ops we fold into a conv's output write."""
     value = value + bias if bias is not None else value

@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 from tvm import s_tir, te
 
-from edge_sdk.compiler.ops.common import Simd, apply_epilogue, finish, pick_tile, round_up, tile_inner
+from edge_sdk.compiler.ops.common import Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner
 
 
 def choose_nr(simd: Simd, m: int, n: int) -> int:
@@ -107,15 +107,7 @@ def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, act=("no
     wt = te.placeholder((cpad // nr, kh, kw, ci, nr), "float32", name="W")
     b = te.placeholder((cpad,), "float32", name="bias")
     r = te.placeholder((n, oh, ow, cpad), "float32", name="R") if residual else None
-    if any(padding):
-        zero = tvm.tirx.const(0.0, "float32")
-        xp = te.compute(
-            (n, h + pt + pb, w_ + pl + pr, ci),
-            lambda a, y, z, c: tvm.tirx.if_then_else(
-                tvm.tirx.all(y >= pt, y < h + pt, z >= pl, z < w_ + pl), x[a, y - pt, z - pl, c], zero),
-            name="pad")
-    else:
-        xp = x
+    xp = pad_nhwc(x, padding, tvm.tirx.const(0.0, "float32"))
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     rc = te.reduce_axis((0, ci), name="rc")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import tvm
 from tvm import s_tir, te
 
-from edge_sdk.compiler.ops.common import Simd, apply_epilogue, finish, largest_divisor, pick_tile, round_up, tile_inner
+from edge_sdk.compiler.ops.common import Simd, apply_epilogue, finish, largest_divisor, pad_nhwc, pick_tile, round_up, tile_inner
 
 
 def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, act=("none",), residual=False,
@@ -34,15 +34,7 @@ def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, act=("none"
     src = (lambda k: k) if m == 1 else (lambda k: k // m)
     b = te.placeholder((c,), "float32", name="bias")
     r = te.placeholder((n, oh, ow, c), "float32", name="R") if residual else None
-    if any(padding):
-        zero = tvm.tirx.const(0.0, "float32")
-        xp = te.compute(
-            (n, h + pt + pb, w_ + pl + pr, cin),
-            lambda a, y, z, k: tvm.tirx.if_then_else(
-                tvm.tirx.all(y >= pt, y < h + pt, z >= pl, z < w_ + pl), x[a, y - pt, z - pl, k], zero),
-            name="pad")
-    else:
-        xp = x
+    xp = pad_nhwc(x, padding, tvm.tirx.const(0.0, "float32"))
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     d = te.compute(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import tvm
 from tvm import s_tir, te
 
-from edge_sdk.compiler.ops.common import Simd, finish, largest_divisor, tile_inner
+from edge_sdk.compiler.ops.common import Simd, finish, largest_divisor, pad_nhwc, tile_inner
 
 
 def pool2d(shape, kind: str, kernel, strides, padding, simd: Simd, *, count_include_pad=False,
@@ -23,14 +23,7 @@ def pool2d(shape, kind: str, kernel, strides, padding, simd: Simd, *, count_incl
     cv = largest_divisor(c, 2 * simd.lanes)
     x = te.placeholder(shape, "float32", name="X")
     fill = tvm.tirx.min_value("float32") if kind == "max" else tvm.tirx.const(0.0, "float32")
-    if any(padding):
-        xp = te.compute(
-            (n, h + pt + pb, w_ + pl + pr, c),
-            lambda a, y, z, k: tvm.tirx.if_then_else(
-                tvm.tirx.all(y >= pt, y < h + pt, z >= pl, z < w_ + pl), x[a, y - pt, z - pl, k], fill),
-            name="pad")
-    else:
-        xp = x
+    xp = pad_nhwc(x, padding, fill)
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     reducer = te.max if kind == "max" else te.sum
