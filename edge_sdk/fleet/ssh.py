@@ -327,7 +327,9 @@ def _collect(chan: paramiko.Channel, timeout: float | None) -> tuple[bytes, byte
         while chan.recv_stderr_ready():
             err.append(chan.recv_stderr(65536))
             busy = True
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+        # the exit status may come before the last output: finish only after the output's EOF too
+        if (chan.exit_status_ready() and (chan.eof_received or chan.closed)
+                and not chan.recv_ready() and not chan.recv_stderr_ready()):
             return b"".join(out), b"".join(err), chan.recv_exit_status()
         if chan.closed and not busy:
             raise EOFError("channel closed without an exit status")
