@@ -91,11 +91,28 @@ def apply_epilogue(value, bias, act: tuple, residual=None):
     return value
 
 
-def finish(sch: s_tir.Schedule, name: str) -> tvm.tirx.PrimFunc:
-    """Mark the scheduled PrimFunc so no later pass (dlight, fusion) re-schedules or merges it."""
-    func = sch.mod["main"]
+# The attribute under which a scheduled kernel carries its unscheduled PrimFunc (the same compute and
+# buffer layouts, no schedule): the tuning workload `edge-sdk tune` searches over and the key its
+# records match on. compile_relax (lower.apply_tuning) drops it before codegen.
+WORKLOAD_ATTR = "edge_sdk.workload"
+
+
+def mark_scheduled(func: tvm.tirx.PrimFunc, name: str) -> tvm.tirx.PrimFunc:
+    """The attributes every finished kernel has, whoever scheduled it (we, or a tuning record)."""
     return func.with_attrs({"global_symbol": name, "tirx.is_scheduled": True, "op_pattern": 8,
                             "tirx.noalias": True})
+
+
+def finish(sch: s_tir.Schedule, name: str, *, workload: tvm.tirx.PrimFunc | None = None) -> tvm.tirx.PrimFunc:
+    """Mark the scheduled PrimFunc so no later pass (dlight, fusion) re-schedules or merges it.
+
+    `workload`: the unscheduled PrimFunc the schedule started from (`te.create_prim_func(args)`),
+    kept on the kernel so `edge-sdk tune` can search schedules for it and compile can swap in a
+    tuned one (edge_sdk/tune/records.py). Kernels without one are simply never tuned."""
+    func = mark_scheduled(sch.mod["main"], name)
+    if workload is not None:
+        func = func.with_attr(WORKLOAD_ATTR, workload)
+    return func
 
 
 def tile_inner(sch: s_tir.Schedule, block, n_outer: int, spatial: list[int], red: list[int], *,

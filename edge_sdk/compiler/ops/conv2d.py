@@ -73,7 +73,7 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, act=("none",), residual=False
     out = te.compute((m, npad), lambda i, j: apply_epilogue(
         c[i, j], b[j], act, r[i, j] if residual else None), name="out")
     args = [a, w, b] + ([r] if residual else []) + [out]
-    sch = s_tir.Schedule(te.create_prim_func(args))
+    sch = s_tir.Schedule(workload := te.create_prim_func(args))
     cb, ob = sch.get_sblock("C"), sch.get_sblock("out")
     i, j = sch.get_loops(ob)
     mo, mi = sch.split(i, [None, mr])
@@ -87,7 +87,7 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, act=("none",), residual=False
     (ck,) = tile_inner(sch, cb, 2, [mr, nr], [k], vec=True)
     sch.parallel(outer[0])
     sch.decompose_reduction(cb, ck)
-    return finish(sch, name)
+    return finish(sch, name, workload=workload)
 
 
 def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, act=("none",),
@@ -119,7 +119,7 @@ def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, act=("no
     out = te.compute((n, oh, ow, cpad), lambda a, y, z, o: apply_epilogue(
         c[a, y, z, o], b[o], act, r[a, y, z, o] if residual else None), name="out")
     args = [x, wt, b] + ([r] if residual else []) + [out]
-    sch = s_tir.Schedule(te.create_prim_func(args))
+    sch = s_tir.Schedule(workload := te.create_prim_func(args))
     cb, ob = sch.get_sblock("C"), sch.get_sblock("out")
     la, ly, lz, lo = sch.get_loops(ob)
     zo, zi = sch.split(lz, [None, mr])
@@ -144,4 +144,4 @@ def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, act=("no
         if ci % simd.lanes == 0:
             _, pcv = sch.split(pc, [None, simd.lanes])
             sch.vectorize(pcv)
-    return finish(sch, name)
+    return finish(sch, name, workload=workload)

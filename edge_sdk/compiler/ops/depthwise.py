@@ -44,7 +44,7 @@ def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, act=("none"
     out = te.compute((n, oh, ow, c), lambda a, y, z, k: apply_epilogue(
         d[a, y, z, k], b[k], act, r[a, y, z, k] if residual else None), name="out")
     args = [x, wt, b] + ([r] if residual else []) + [out]
-    sch = s_tir.Schedule(te.create_prim_func(args))
+    sch = s_tir.Schedule(workload := te.create_prim_func(args))
     db, ob = sch.get_sblock("D"), sch.get_sblock("out")
     la, ly, lz, lk = sch.get_loops(ob)
     zo, zi = sch.split(lz, [None, wr])
@@ -62,4 +62,4 @@ def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, act=("none"
         sch.decompose_reduction(db, red[0])
     if any(padding):
         sch.compute_inline(sch.get_sblock("pad"))
-    return finish(sch, name)
+    return finish(sch, name, workload=workload)

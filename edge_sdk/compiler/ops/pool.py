@@ -41,7 +41,7 @@ def pool2d(shape, kind: str, kernel, strides, padding, simd: Simd, *, count_incl
             return (hy * hz).astype("float32")
 
         out = te.compute((n, oh, ow, c), lambda a, y, z, k: acc[a, y, z, k] / count(y, z), name="out")
-    sch = s_tir.Schedule(te.create_prim_func([x, out]))
+    sch = s_tir.Schedule(workload := te.create_prim_func([x, out]))
     ab, ob = sch.get_sblock("acc"), sch.get_sblock("out")
     la, ly, lz, lk = sch.get_loops(ob)
     ko, ki = sch.split(lk, [None, cv])
@@ -61,4 +61,4 @@ def pool2d(shape, kind: str, kernel, strides, padding, simd: Simd, *, count_incl
         sch.parallel(sch.fuse(pa, py))
         _, pcv = sch.split(pc, [None, largest_divisor(c, simd.lanes)])
         sch.vectorize(pcv)
-    return finish(sch, name)
+    return finish(sch, name, workload=workload)
