@@ -49,7 +49,7 @@ _SYSTEM_LIBS = frozenset({
 # Newest symbol versions bookworm provides (glibc 2.36, gcc 12).
 _SYSTEM_MAX = {"GLIBC": (2, 36), "GLIBCXX": (3, 4, 30), "CXXABI": (1, 3, 13)}
 _HERE = Path(__file__).resolve().parent
-_BUILD_REV = "3"  # bump when the build recipe below changes
+_BUILD_REV = "4"  # bump when the build recipe below changes (4: edge-runner --kernel)
 
 
 def cache_root() -> Path:
@@ -155,7 +155,7 @@ def _inputs_key(arch: str, cxx: str) -> str:
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
     for part in (_BUILD_REV, arch, TVM_VERSION, TVM_FFI_VERSION, version.splitlines()[0] if version else cxx):
         h.update(part.encode() + b"\0")
-    for name in ("runner.cc", "runner_profile.h", "loader.py"):
+    for name in ("runner.cc", "runner_profile.h", "runner_kernel.h", "loader.py"):
         h.update((_HERE / name).read_bytes())
     h.update(_typing_extensions().read_bytes())
     return h.hexdigest()[:16]

@@ -18,6 +18,7 @@
 // With --profile, N more runs follow with every VM call timed (runner_profile.h); the JSON gains
 // a "profile" entry. The plain latencies above are measured without the hook.
 // Errors: one message on stderr, exit code 2 (usage), 3 (golden mismatch) or 1 (anything else).
+// `edge-runner --kernel cand.so --args ...` times one kernel instead (tuning; runner_kernel.h).
 #include <dlpack/dlpack.h>
 #include <tvm/ffi/any.h>
 #include <tvm/ffi/container/array.h>
@@ -27,6 +28,7 @@
 #include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
 
+#include "runner_kernel.h"
 #include "runner_profile.h"
 
 #include <algorithm>
@@ -411,6 +413,7 @@ int Run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (edge_kernel::Requested(argc, argv)) return edge_kernel::Main(argc, argv);
   try {
     return Run(ParseArgs(argc, argv));
   } catch (const UsageError& e) {
