@@ -15,6 +15,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from edge_sdk.compiler.ops import conv2d as conv_ops
+from edge_sdk.compiler.ops import winograd
 from edge_sdk.compiler.ops.common import Simd, round_up
 from edge_sdk.compiler.ops.depthwise import depthwise_conv2d
 from edge_sdk.compiler.ops.pool import pool2d
@@ -327,12 +328,21 @@ class KernelRewriter(PyExprMutator):
             return relax.op.reshape(out, out_shape) if kind != "dense" else out
         nr = conv_ops.choose_nr(self.simd, 2, cout)
         cpad = round_up(cout, nr)
-        key = ("conv", head["shape"], tuple(w.shape[:2]), tuple(head["strides"]), tuple(head["pad"]),
-               cpad, act, res is not None)
-        gv = self._kernel(key, lambda name: conv_ops.conv2d_direct(
-            head["shape"], w.shape[:2], head["strides"], head["pad"], cpad, self.simd, act=act,
-            residual=res is not None, name=name))
-        args = [x, relax.const(conv_ops.pack_conv_weight(w, nr)), relax.const(conv_ops.pad_bias(bias, cpad))]
+        wino_m = winograd.choose_m(self.simd, head["shape"], w.shape[:2], head["strides"], cout)
+        if wino_m is not None:  # 3x3 stride 1 where Winograd measured faster (ops/winograd.py _TABLE)
+            key = ("conv_winograd", head["shape"], tuple(head["pad"]), cpad, nr, wino_m, act, res is not None)
+            gv = self._kernel(key, lambda name: winograd.conv2d_winograd(
+                head["shape"], head["pad"], cpad, wino_m, self.simd, act=act, residual=res is not None,
+                nr=nr, name=name))
+            wpack = winograd.transform_weight(w, wino_m, nr)
+        else:
+            key = ("conv", head["shape"], tuple(w.shape[:2]), tuple(head["strides"]), tuple(head["pad"]),
+                   cpad, act, res is not None)
+            gv = self._kernel(key, lambda name: conv_ops.conv2d_direct(
+                head["shape"], w.shape[:2], head["strides"], head["pad"], cpad, self.simd, act=act,
+                residual=res is not None, name=name))
+            wpack = conv_ops.pack_conv_weight(w, nr)
+        args = [x, relax.const(wpack), relax.const(conv_ops.pad_bias(bias, cpad))]
         if res is not None:
             args.append(res)
         n, oh, ow, _ = out_shape

@@ -1,0 +1,197 @@
+"""Winograd F(m x m, 3 x 3) convolution, float32, NHWC, with the conv epilogue fused.
+
+A 3x3 stride-1 conv computed per (m+2) x (m+2) input tile d as Y = A^T [(G g G^T) . (B^T d B)] A:
+the 9 multiplies per output pixel and channel pair become (m+2)^2 / m^2 (4 for m=4, 2.25 for m=2).
+Three stages in one PrimFunc:
+
+1. input transform: V[e, n, p, c] = (B^T d_p B)[e, n] for every tile p, one channel vector at a time
+   (two 1-D passes, the constant matrices fold into adds once the loops are unrolled);
+2. (m+2)^2 independent GEMMs M[e, n] = V[e, n] (P x C) @ U[e, n] (C x K), the register tile of
+   conv2d.gemm (mr tiles x nr channels of accumulators over the C reduction);
+3. output transform Y = A^T M A per tile (two 1-D passes), then bias / residual / activation
+   (common.apply_epilogue) in the same write; tail tiles past the output edge are not stored.
+
+The weight transform U = G g G^T is done once at compile time in numpy (float64, then rounded).
+Precision: B^T and A^T of F(4x4) have entries up to 5 and 8, so rounding grows (about 1e-6..1e-5
+relative on random data, measured in tests/test_winograd.py), F(2x2) stays close to the direct conv.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import s_tir, te
+
+from edge_sdk.compiler.ops.common import Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner
+
+# Lavin & Gray's matrices (points 0, +-1, +-2, infinity for m=4; 0, +-1, infinity for m=2).
+_MATRICES = {
+    2: (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype="float64"),
+        np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]], dtype="float64"),
+        np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype="float64")),
+    4: (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                  [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], dtype="float64"),
+        np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                  [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], dtype="float64"),
+        np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                  [0, 1, -1, 8, -8, 1]], dtype="float64")),
+}
+
+# Winograd tile size m per vector ISA: the first row whose minimum output pixels (OH*OW) the layer
+# reaches wins; no row = direct conv. Measured on ResNet18's 3x3 stride-1 layers, direct vs m=2 vs
+# m=4 (host: ms, same process; pi3: A53 instructions under qemu); numbers in tests/test_winograd.py's
+# module docstring. Layers with few channels keep the direct conv (the transforms dominate there).
+_TABLE: dict[str, tuple[tuple[int, int], ...]] = {
+    "avx2": ((28 * 28, 4), (1, 2)),
+    "avx512": ((28 * 28, 4), (1, 2)),
+    "neon": ((28 * 28, 4), (1, 2)),
+}
+_MIN_CHANNELS = 16
+
+
+def matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(B^T, G, A^T) of F(m x m, 3 x 3), float64."""
+    return _MATRICES[m]
+
+
+def choose_m(simd: Simd, shape, kernel, strides, cout: int) -> int | None:
+    """Winograd tile size for this conv on this ISA, or None to keep the direct conv."""
+    if tuple(kernel) != (3, 3) or tuple(strides) != (1, 1) or shape[0] != 1:
+        return None
+    if min(shape[3], cout) < _MIN_CHANNELS:
+        return None
+    pixels = shape[1] * shape[2]  # SAME padding: the output has the input's size
+    return next((m for least, m in _TABLE.get(simd.isa, ()) if pixels >= least), None)
+
+
+def transform_weight(w_hwio: np.ndarray, m: int, nr: int) -> np.ndarray:
+    """(3, 3, CI, CO) -> U packed (alpha, alpha, ceil(CO/nr), CI, nr), zero-padded channels."""
+    _, g, _ = matrices(m)
+    u = np.einsum("ei,ijck,nj->enck", g, w_hwio.astype("float64"), g)
+    alpha, ci, co = m + 2, w_hwio.shape[2], w_hwio.shape[3]
+    cpad = round_up(co, nr)
+    up = np.zeros((alpha, alpha, ci, cpad), dtype="float64")
+    up[..., :co] = u
+    up = up.reshape(alpha, alpha, ci, cpad // nr, nr).transpose(0, 1, 3, 2, 4)
+    return np.ascontiguousarray(up.astype("float32"))
+
+
+def _coef(mat: np.ndarray, row, col: int):
+    """mat[row, col] for a loop variable `row` (a constant once the loop is unrolled)."""
+    expr = tvm.tirx.const(0.0, "float32")
+    for r in range(mat.shape[0]):
+        if mat[r, col] != 0:
+            expr = tvm.tirx.Select(row == r, tvm.tirx.const(float(mat[r, col]), "float32"), expr)
+    return expr
+
+
+def _dot(mat: np.ndarray, row, term) -> tvm.tirx.PrimExpr:
+    """sum_j mat[row, j] * term(j), skipping columns that are zero in every row."""
+    out = None
+    for j in range(mat.shape[1]):
+        if np.any(mat[:, j]):
+            t = _coef(mat, row, j) * term(j)
+            out = t if out is None else out + t
+    return out
+
+
+def conv2d_winograd(shape, padding, cpad: int, m: int, simd: Simd, *, act=("none",), residual=False,
+                    nr=None, name="edge_winograd") -> tvm.tirx.PrimFunc:
+    """NHWC 3x3 stride-1 conv over U from `transform_weight` (alpha, alpha, cpad/nr, CI, nr);
+    padding = (top, left, bottom, right). Output (1, OH, OW, cpad)."""
+    n, h, w_, ci = shape
+    pt, pl, pb, pr = padding
+    oh, ow = h + pt + pb - 2, w_ + pl + pr - 2
+    alpha = m + 2
+    th, tw = -(-oh // m), -(-ow // m)
+    tiles = th * tw
+    bt, _, at = matrices(m)
+    nr = nr or simd.nr
+    mr = pick_tile(tiles, simd.mr_max)
+    tp = round_up(tiles, mr)
+    x = te.placeholder(shape, "float32", name="X")
+    u = te.placeholder((alpha, alpha, cpad // nr, ci, nr), "float32", name="U")
+    b = te.placeholder((cpad,), "float32", name="bias")
+    r = te.placeholder((n, oh, ow, cpad), "float32", name="R") if residual else None
+    # every tile reads a full alpha x alpha window: pad bottom/right up to th*m+2, tw*m+2
+    xp = pad_nhwc(x, (pt, pl, th * m + 2 - h - pt, tw * m + 2 - w_ - pl), tvm.tirx.const(0.0, "float32"))
+    t1 = te.compute((tiles, alpha, alpha, ci), lambda p, e, j, c: _dot(
+        bt, e, lambda i: xp[0, (p // tw) * m + i, (p % tw) * m + j, c]), name="T1")
+    v = te.compute((alpha, alpha, tiles, ci), lambda e, v_, p, c: _dot(
+        bt, v_, lambda j: t1[p, e, j, c]), name="V")
+    rc = te.reduce_axis((0, ci), name="rc")
+    row = (lambda p: te.min(p, tiles - 1)) if tp != tiles else (lambda p: p)
+    mm = te.compute((alpha, alpha, tp, cpad), lambda e, v_, p, k: te.sum(
+        v[e, v_, row(p), rc] * u[e, v_, k // nr, rc, k % nr], axis=rc), name="M")
+    z = te.compute((alpha, tiles, m, cpad), lambda e, p, bx, k: _dot(
+        at, bx, lambda j: mm[e, j, p, k]), name="Z")
+    out = te.compute((n, oh, ow, cpad), lambda a, y, xx, k: apply_epilogue(
+        _dot(at, y % m, lambda e: z[e, (y // m) * tw + xx // m, xx % m, k]), b[k], act,
+        r[a, y, xx, k] if residual else None), name="out")
+    args = [x, u, b] + ([r] if residual else []) + [out]
+    sch = s_tir.Schedule(te.create_prim_func(args))
+    _schedule_input(sch, simd, ci, alpha)
+    _schedule_gemm(sch, mr, nr, ci)
+    _schedule_output(sch, simd, m, alpha)
+    return finish(sch, name)
+
+
+def _vec_split(sch, loop, extent: int, lanes: int):
+    f = lanes if extent % lanes == 0 else 1
+    return sch.split(loop, [None, f])
+
+
+def _schedule_input(sch, simd: Simd, ci: int, alpha: int) -> None:
+    try:
+        pblock = sch.get_sblock("pad")
+    except tvm.error.TVMError:  # no padding at all
+        pblock = None
+    vb = sch.get_sblock("V")
+    e, v_, p, c = sch.get_loops(vb)
+    co, cv = _vec_split(sch, c, ci, simd.lanes)
+    sch.reorder(p, co, e, v_, cv)
+    sch.compute_at(sch.get_sblock("T1"), co)
+    sch.unroll(e)
+    sch.unroll(v_)
+    sch.vectorize(cv)
+    t_loops = sch.get_loops(sch.get_sblock("T1"))[2:]
+    for lp in t_loops[:-1]:
+        sch.unroll(lp)
+    sch.vectorize(t_loops[-1])
+    if pblock is not None:
+        pa, py, pz, pc = sch.get_loops(pblock)
+        if ci % simd.lanes == 0:
+            _, pcv = sch.split(pc, [None, simd.lanes])
+            sch.vectorize(pcv)
+
+
+def _schedule_gemm(sch, mr: int, nr: int, ci: int) -> None:
+    acc = sch.get_sblock("M")
+    wb = sch.cache_write(acc, 0, "local")  # acc accumulates in registers, wb stores the tile
+    e, v_, p, k = sch.get_loops(wb)
+    t = sch.fuse(e, v_)
+    po, pi = sch.split(p, [None, mr])
+    ko, ki = sch.split(k, [None, nr])
+    sch.reorder(t, ko, po, pi, ki)
+    sch.unroll(pi)
+    sch.vectorize(ki)
+    sch.compute_at(acc, po)
+    (ck,) = tile_inner(sch, acc, 3, [mr, nr], [ci], vec=True)
+    sch.parallel(t)
+    sch.decompose_reduction(acc, ck)
+
+
+def _schedule_output(sch, simd: Simd, m: int, alpha: int) -> None:
+    ob = sch.get_sblock("out")
+    a, y, x, k = sch.get_loops(ob)
+    yo, yi = sch.split(y, [None, m])
+    xo, xi = sch.split(x, [None, m])
+    ko, ki = sch.split(k, [None, simd.lanes])
+    sch.reorder(a, yo, xo, ko, yi, xi, ki)
+    sch.compute_at(sch.get_sblock("Z"), ko)
+    sch.unroll(yi)
+    sch.unroll(xi)
+    sch.vectorize(ki)
+    z_loops = sch.get_loops(sch.get_sblock("Z"))[4:]
+    for lp in z_loops[:-1]:
+        sch.unroll(lp)
+    sch.vectorize(z_loops[-1])

@@ -1,0 +1,175 @@
+"""Winograd F(m x m, 3 x 3) conv (ops/winograd.py) against a float64 numpy direct conv.
+
+Tolerance: Winograd's rounding is not the direct conv's. Its forward error is bounded (Higham-style,
+as in Barabasz et al., "Error analysis and improving the accuracy of Winograd convolution") by
+gamma_n * [A^T ((|G| |g| |G^T|) . (|B^T| |d| |B|)) A] with absolute values everywhere, where n counts
+the roundings along one output's longest chain: two 1-D passes each way (alpha terms each), the
+Cin-long GEMM sum, the epilogue's bias / residual add. `_bound` evaluates that bracket in float64, so
+the check is as tight as F(4x4)'s large coefficients (5 in B^T, 8 in A^T) make it and no looser; a
+wrong tile, transform or index is off by the size of the output itself and fails it.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from edge_sdk.compiler.ops import winograd as wg
+from edge_sdk.compiler.ops.common import simd_of
+from edge_sdk.targets import get_target
+
+RNG = np.random.default_rng(11)
+EPS32 = float(np.finfo(np.float32).eps) / 2  # unit roundoff
+
+
+def ref_conv(x, w, pad):
+    """float64 NHWC 3x3 stride-1 conv; pad = (top, left, bottom, right)."""
+    x = np.pad(x.astype("float64"), ((0, 0), (pad[0], pad[2]), (pad[1], pad[3]), (0, 0)))
+    oh, ow = x.shape[1] - 2, x.shape[2] - 2
+    out = np.zeros((x.shape[0], oh, ow, w.shape[3]))
+    for i in range(3):
+        for j in range(3):
+            out += x[:, i:i + oh, j:j + ow, :] @ w[i, j].astype("float64")
+    return out
+
+
+def _bound(x, w, pad, m):
+    """A^T[(|G||w||G^T|) . (|B^T||d||B|)]A with |.| on every matrix and datum, per output (float64)."""
+    bt, g, at = (np.abs(a) for a in wg.matrices(m))
+    xp = np.abs(np.pad(x.astype("float64"), ((0, 0), (pad[0], pad[2]), (pad[1], pad[3]), (0, 0))))
+    oh, ow = xp.shape[1] - 2, xp.shape[2] - 2
+    th, tw = -(-oh // m), -(-ow // m)
+    xp = np.pad(xp, ((0, 0), (0, th * m + 2 - xp.shape[1]), (0, tw * m + 2 - xp.shape[2]), (0, 0)))
+    u = np.einsum("ei,ijck,nj->enck", g, np.abs(w.astype("float64")), g)
+    out = np.zeros((th * m, tw * m, w.shape[3]))
+    for ty in range(th):
+        for tx in range(tw):
+            d = xp[0, ty * m:ty * m + m + 2, tx * m:tx * m + m + 2, :]
+            v = np.einsum("ei,ijc,nj->enc", bt, d, bt)
+            mm = np.einsum("enc,enck->enk", v, u)
+            out[ty * m:(ty + 1) * m, tx * m:(tx + 1) * m] = np.einsum("ae,enk,bn->abk", at, mm, at)
+    return out[None, :oh, :ow]
+
+
+def _check(out, x, w, pad, m, ref, extra):
+    """|out - ref| <= gamma_n * bound + the epilogue's roundings (`extra`: |bias| + |residual|)."""
+    n = x.shape[3] + 4 * (m + 2) + 3
+    tol = n * EPS32 / (1 - n * EPS32) * _bound(x, w, pad, m) + 4 * EPS32 * (np.abs(ref) + extra)
+    err = np.abs(out.astype("float64") - ref)
+    worst = np.unravel_index(np.argmax(err - tol), err.shape)
+    assert np.all(err <= tol), f"error {err[worst]:.3g} > tolerance {tol[worst]:.3g} at {worst}"
+
+
+def _case(shape, co, pad, m, simd, *, residual, act):
+    x = RNG.standard_normal(shape).astype("float32")
+    w = (RNG.standard_normal((3, 3, shape[3], co)) / np.sqrt(9 * shape[3])).astype("float32")
+    b = RNG.standard_normal(co).astype("float32")
+    nr = simd.nr
+    u = wg.transform_weight(w, m, nr)
+    cpad = u.shape[2] * nr
+    oh, ow = shape[1] + pad[0] + pad[2] - 2, shape[2] + pad[1] + pad[3] - 2
+    r = RNG.standard_normal((1, oh, ow, cpad)).astype("float32")
+    bp = np.zeros(cpad, "float32")
+    bp[:co] = b
+    func = wg.conv2d_winograd(shape, pad, cpad, m, simd, act=act, residual=residual, nr=nr, name="t_wino")
+    ref = ref_conv(x, w, pad) + b + (r[..., :co] if residual else 0)
+    extra = np.abs(b) + (np.abs(r[..., :co]) if residual else 0)
+    if act[0] == "relu":
+        ref = np.maximum(ref, 0)
+    args = [x, u, bp] + ([r] if residual else [])
+    return func, args, (1, oh, ow, cpad), ref, extra, x, w
+
+
+SAME, VALID = (1, 1, 1, 1), (0, 0, 0, 0)
+CASES = [  # (input shape, Cout, padding, m, residual, act)
+    ((1, 9, 11, 16), 24, SAME, 4, True, ("relu",)),   # H, W not multiples of 4; residual + ReLU
+    ((1, 10, 7, 8), 13, VALID, 4, False, ("none",)),  # VALID, output 8x5, channel tail (13 of 16)
+    ((1, 7, 9, 12), 16, SAME, 2, True, ("relu",)),    # odd sizes, tail tiles for m = 2
+    ((1, 6, 5, 5), 8, (0, 1, 1, 0), 2, False, ("relu",)),  # asymmetric pad, Cin not a lane multiple
+    ((1, 14, 14, 64), 64, SAME, 4, True, ("relu",)),  # a ResNet18-like layer, Cin = 64 roundings
+]
+
+
+@pytest.mark.parametrize("shape,co,pad,m,residual,act", CASES)
+def test_host_matches_direct_conv(shape, co, pad, m, residual, act):
+    host = get_target("host")
+    func, args, out_shape, ref, extra, x, w = _case(shape, co, pad, m, simd_of(host.tvm_target()),
+                                                   residual=residual, act=act)
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=host.tvm_target())
+    out = tvm.runtime.tensor(np.zeros(out_shape, "float32"))
+    lib["t_wino"](*[tvm.runtime.tensor(a) for a in args], out)
+    _check(out.numpy()[..., :co], x, w, pad, m, ref, extra)
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_transform_matrices_compute_a_correlation(m):
+    """A^T[(G g) . (B^T d)] is the valid 3-tap correlation of d, exactly (in float64) for m outputs."""
+    bt, g, at = wg.matrices(m)
+    d, k = RNG.standard_normal(m + 2), RNG.standard_normal(3)
+    want = np.array([d[i:i + 3] @ k for i in range(m)])
+    np.testing.assert_allclose(at @ ((g @ k) * (bt @ d)), want, rtol=1e-12, atol=1e-12)
+
+
+def test_selection_keeps_direct_where_winograd_does_not_apply():
+    simd = simd_of(get_target("pi3").tvm_target())
+    assert wg.choose_m(simd, (1, 56, 56, 64), (3, 3), (2, 2), 64) is None  # stride 2
+    assert wg.choose_m(simd, (1, 56, 56, 64), (1, 1), (1, 1), 64) is None  # 1x1
+    assert wg.choose_m(simd, (1, 56, 56, 8), (3, 3), (1, 1), 8) is None   # too few channels
+    assert wg.choose_m(simd, (1, 56, 56, 64), (3, 3), (1, 1), 64) in (2, 4)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("shape,co,pad,m,residual,act", [CASES[0], CASES[2]])
+def test_pi3_under_qemu_matches_direct_conv(shape, co, pad, m, residual, act):
+    """The NEON schedule (4 lanes), cross-compiled for pi3 and run by our runner under qemu (A53)."""
+    pi3 = get_target("pi3")
+    if shutil.which(pi3.cross_cc) is None or shutil.which("qemu-aarch64") is None:
+        pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
+    from edge_sdk.runtime.execute import run_compiled
+
+    func, args, out_shape, ref, extra, x, w = _case(shape, co, pad, m, simd_of(pi3.tvm_target()),
+                                                   residual=residual, act=act)
+    bb = relax.BlockBuilder()
+    xv = relax.Var("input", relax.TensorType(args[0].shape, "float32"))
+    pv = [relax.Var(f"p{i:04d}", relax.TensorType(a.shape, "float32")) for i, a in enumerate(args[1:])]
+    with bb.function("main", [xv, *pv]):
+        gv = bb.add_func(func, "t_wino")
+        bb.emit_func_output(bb.emit(relax.call_tir(gv, [xv, *pv], relax.TensorType(out_shape, "float32"))))
+    ex = tvm.compile(bb.get(), target=pi3.tvm_target())
+    with tempfile.TemporaryDirectory() as d:
+        lib, pfile = Path(d) / "m.so", Path(d) / "params.bin"
+        ex.export_library(str(lib), fcompile=pi3.compiler())
+        tvm.runtime.save_param_dict_to_file({f"p{i:04d}": tvm.runtime.tensor(a) for i, a in enumerate(args[1:])},
+                                            str(pfile))
+        res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53",
+                           warmup=0, repeat=1)
+    assert res.emulated
+    _check(res.output[..., :co], x, w, pad, m, ref, extra)
+
+
+@pytest.mark.slow
+def test_resnet18_with_winograd_matches_reference():
+    """A whole ResNet18 (width 0.25, 112 px: 28x28 and 14/7/4 px stages, so both m=4 and m=2 run)
+    compiled for the host against the numpy interpreter (compiler/reference.py, float64)."""
+    from edge_sdk.compiler import lower
+    from edge_sdk.compiler.reference import evaluate
+    from edge_sdk.models.zoo import build_zoo_model
+
+    host = get_target("host")
+    model = build_zoo_model("resnet18", alpha=0.25, resolution=112, classes=10, seed=4)
+    sites: list = []
+    ex, params = lower.compile_relax(model.mod, host, kernel_sites=sites)
+    wino = [s["name"] for s in sites if "winograd" in s["name"]]
+    assert len(wino) >= 12, [s["name"] for s in sites]  # every 3x3 stride-1 conv but the stem's pool
+    x = model.example_input(seed=5)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x), *[tvm.runtime.tensor(params[k]) for k in sorted(params)]).numpy()
+    ref = np.asarray(evaluate(model.mod, x))
+    # 16 convs deep, each within its own bound above (~1e-6 relative for Cin <= 128): 1e-4 leaves margin
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+    assert int(np.argmax(out)) == int(np.argmax(ref))
