@@ -41,12 +41,12 @@ def test_reference_codes_are_spread_and_shiftnorm_makes_fused_equal_unfused():
     assert not np.array_equal(run_reference(raw, x, glue="fused").codes, run_reference(raw, x, glue="unfused").codes)
 
 
-def test_reference_stem_is_exact_on_the_golden_grid():
-    """The snapped stem sums exactly in float32 too: the codes entering the binary part do not
-    depend on float rounding (what makes the compiled integer part comparable bit for bit)."""
+def test_reference_float_stem_is_exact_on_the_golden_grid():
+    """The snapped float stem (stem="float32") sums exactly in float32 too: the codes entering the binary
+    part do not depend on float rounding (what makes the compiled integer part comparable bit for bit)."""
     from edge_sdk.quant import bitserial_net_ref as ref
 
-    net = _net(2, 1)
+    net = _net(2, 1, stem="float32")
     x = golden_input(net.input_shape, seed=1)
     s = net.stem
     y64 = ref.conv2d_values(x, s.weight, stride=2, pad=s.pad)
@@ -151,7 +151,8 @@ def test_cli_compile_and_run_w1a2(tmp_path, capsys):
     rows = [r for r in m["layers"] if r["op"] == "bitserial_conv2d"]
     assert len(rows) == 19  # 8 blocks x 2 convs + 3 downsample shortcuts
     assert all(r["flops"] > 0 and r["bytes_read"] > 0 and 0 < r["glue"]["share_est"] < 1 for r in rows)
-    assert [r["op"] for r in m["layers"]][:2] == ["conv2d", "max_pool2d"] and m["layers"][-2]["op"] == "dense"
+    assert [r["op"] for r in m["layers"]][:3] == ["quantize", "conv2d", "max_pool2d"] and m["layers"][-2]["op"] == "dense"
+    assert m["variant_info"]["stem"] == "int8" and m["layers"][1]["precision"] == "int8"
 
 
 # ---- what is refused ------------------------------------------------------------------------

@@ -5,8 +5,10 @@
 "codes" returns the last binary layer's int32 codes (N, H, W, C) instead of the scores, "both" a tuple
 (codes, scores): what tests compare exactly against the reference (packages return "scores").
 
-The float stem (conv + bias + ReLU, max pool) and head (dense + softmax) stay high-level Relax ops, so
-`compile_relax` hands them to the float path's kernels (ops/fuse.py). Every bitserial conv is a
+The integer stem (the default, net.stem.integer: int8 input, the int8 backend's conv with its epilogue
+onto the a-bit codes, max pool on the codes, bitpack; ops/bitserial_stem.py) is call_tir to scheduled
+integer kernels; the float stem (stem="float32": conv + bias + ReLU, max pool) and the head (dense +
+softmax) stay high-level Relax ops, so `compile_relax` hands them to the float path's kernels (ops/fuse.py). Every bitserial conv is a
 call_tir to a PrimFunc from ops/bitserial.py scheduled for `arch` and marked opaque/scheduled, so no
 later pass merges or reschedules it. Weights are numpy-packed constants (lifted to params later).
 
@@ -30,7 +32,7 @@ from edge_sdk.quant.bitserial import pack_conv_weights
 
 
 class _Emitter:
-    def __init__(self, net, *, arch: str, glue: str):
+    def __init__(self, net, *, arch: str, glue: str, simd=None):
         from tvm import relax
 
         if glue not in ("fused", "unfused"):
@@ -41,6 +43,8 @@ class _Emitter:
         self.funcs: dict = {}
         self.qmax = (1 << net.a_bits) - 1
         self.names: dict[str, str] = {}  # binding name -> binary conv name, for the layer table
+        self.aux_rows: dict[str, dict] = {}  # binding name -> layer-table row fields (the integer stem)
+        self.simd = simd
 
     def const(self, arr, dtype=None):
         import tvm
@@ -95,7 +99,9 @@ class _Emitter:
 
     def pack(self, codes_f):
         """Float codes -> packed words (the unfused graph's separate bitpack)."""
-        ints = self.glue_op("to_int", codes_f)
+        return self.pack_ints(self.glue_op("to_int", codes_f))
+
+    def pack_ints(self, ints):
         shape = [int(d) for d in ints.ty.shape]
         key = ("pack", str(shape))
         if key not in self.funcs:
@@ -116,8 +122,31 @@ class _Emitter:
         return self.glue_op("clip", t, clip_max=float(self.qmax))
 
     # -- the network --------------------------------------------------------------------------
+    def int8_stem(self, x):
+        """The integer stem (ops/bitserial_stem.py): packed codes (fused), packed + float codes for the
+        first shortcut (unfused), or dequantized values (MobileNet's first depthwise)."""
+        from edge_sdk.compiler.ops.bitserial_stem import emit_int8_stem
+
+        simd = self.simd
+        if simd is None:
+            from edge_sdk.compiler.ops.common import Simd, simd_of
+            from edge_sdk.targets import get_target
+
+            simd = Simd("neon", 4, 32) if self.arch == "aarch64" else simd_of(get_target("host").tvm_target())
+        mobilenet = isinstance(self.net.blocks[0], DwPw)
+        out = "values" if mobilenet else "packed" if self.glue == "fused" else "codes"
+        v, rows = emit_int8_stem(self.bb, x, self.net, simd=simd, word=self.word, out=out)
+        self.aux_rows.update(rows)
+        if mobilenet:
+            return None, v
+        if self.glue == "fused":
+            return v, None
+        return self.pack_ints(v), self.glue_op("to_float", v)  # unfused: its own bitpack, float codes kept
+
     def stem(self, x):
         op, s = self.relax.op, self.net.stem
+        if s.integer:
+            return self.int8_stem(x)
         y = self.bb.emit(op.nn.conv2d(x, self.const(s.weight), strides=s.stride, padding=s.pad,
                                       data_layout="NHWC", kernel_layout="HWIO"), name_hint="conv1")
         y = self.bb.emit(op.add(y, self.const(s.bias)), name_hint="conv1_bias")
@@ -196,11 +225,14 @@ class _Emitter:
         return self.bb.emit(self.relax.Tuple([codes, scores])) if output == "both" else scores
 
 
-def emit_network(net, *, arch: str, glue: str = "fused", output: str = "scores"):
-    """The Relax module of `net` (see module docstring) and {binding name: binary conv name}."""
+def emit_network(net, *, arch: str, glue: str = "fused", output: str = "scores", simd=None, aux_rows=None):
+    """The Relax module of `net` (see module docstring) and {binding name: binary conv name}.
+
+    simd: the integer stem's vector ISA (ops.common.simd_of of the target; default from arch).
+    aux_rows, when given, receives {binding name: layer-table row fields} of the integer stem."""
     if output not in ("scores", "codes", "both"):
         raise CompileError(f"bitserial network: output '{output}' is not 'scores', 'codes' or 'both'")
-    em = _Emitter(net, arch=arch, glue=glue)
+    em = _Emitter(net, arch=arch, glue=glue, simd=simd)
     relax = em.relax
     x = relax.Var("input", relax.TensorType(net.input_shape, "float32"))
     with em.bb.function("main", [x]):
@@ -213,4 +245,6 @@ def emit_network(net, *, arch: str, glue: str = "fused", output: str = "scores")
                     p, qf = em.block(b, p, qf)
             gv = em.bb.emit_output(em.head(p, output))
         em.bb.emit_func_output(gv)
+    if aux_rows is not None:
+        aux_rows.update(em.aux_rows)
     return relax.transform.Normalize()(em.bb.get()), em.names

@@ -2,13 +2,13 @@
 
     lower_bitserial(model, variant, target, *, progress, seed) -> Lowered
 
-1. models/binarized.py turns the float zoo model into the Riptide layout (float stem and head, every
-   other conv bitserial with fused glue, residual adds on codes) at the variant's bit widths.
-2. quant/bitserial_net_ref.py computes the golden output in plain numpy on a 1/128-grid input (exact
-   through the float stem), so the integer part of a correct build matches it exactly and the float
-   head within 1e-4.
-3. bitserial_graph.py emits the Relax module; compile_relax (lower.py) schedules the float stem/head
-   with the float kernels, lifts every weight to p0000... and builds.
+1. models/binarized.py turns the float zoo model into the Riptide layout (integer stem straight to
+   codes, float head, every other conv bitserial with fused glue, residual adds on codes) at the
+   variant's bit widths.
+2. quant/bitserial_net_ref.py computes the golden output in plain numpy on a 1/128-grid input, so the
+   integer part of a correct build (stem included) matches it exactly and the float head within 1e-4.
+3. bitserial_graph.py emits the Relax module; compile_relax (lower.py) schedules the float head (and a
+   float stem, when selected) with the float kernels, lifts every weight to p0000... and builds.
 4. The manifest's layer table gets one "bitserial_conv2d" row per binary conv: binary ops, bytes, and
    the glue's estimated share of the layer's work (an op count, not a timing).
 """
@@ -31,8 +31,12 @@ def compile_binarized(net, target, *, glue: str = "fused", output: str = "scores
     from edge_sdk.compiler.lower import compile_relax
     from edge_sdk.compiler.ops.bitserial import network_word
 
-    mod, names = emit_network(net, arch=target.arch, glue=glue, output=output)
-    rows = layer_rows(net, layer_table(mod), names, glue=glue, word=network_word(target.arch))
+    from edge_sdk.compiler.ops.common import simd_of
+
+    aux: dict = {}
+    mod, names = emit_network(net, arch=target.arch, glue=glue, output=output, simd=simd_of(target.tvm_target()),
+                              aux_rows=aux)
+    rows = layer_rows(net, layer_table(mod), names, glue=glue, word=network_word(target.arch), aux_rows=aux)
     sites: list = []
     ex, params = compile_relax(mod, target, progress=progress, kernel_sites=sites)
     from edge_sdk.compiler.kernel_map import assign_kernels
@@ -70,8 +74,11 @@ def conv_row(conv, *, glue: str, word: str, residual: str | None) -> dict:
     return row
 
 
-def layer_rows(net, float_rows: list[dict], names: dict[str, str], *, glue: str, word: str) -> list[dict]:
-    """The float rows of the emitted graph, with each binary conv's call_tir row replaced by conv_row."""
+def layer_rows(net, float_rows: list[dict], names: dict[str, str], *, glue: str, word: str,
+               aux_rows: dict | None = None) -> list[dict]:
+    """The float rows of the emitted graph, with each binary conv's call_tir row replaced by conv_row and
+    the integer stem's call_tir rows named by aux_rows (op, FLOPs, epilogue)."""
+    aux_rows = aux_rows or {}
     residual = {}
     for b in net.blocks:
         if hasattr(b, "conv2"):
@@ -83,6 +90,11 @@ def layer_rows(net, float_rows: list[dict], names: dict[str, str], *, glue: str,
             conv = convs[names[r["name"]]]
             res = residual.get(conv.name) if glue == "fused" else None
             out.append({"name": conv.name, **conv_row(conv, glue=glue, word=word, residual=res)})
+        elif r["name"] in aux_rows:
+            extra = aux_rows[r["name"]]
+            row = {**r, **extra}
+            row["intensity"] = round(row["flops"] / max(1, row["bytes_read"] + row["bytes_written"]), 3)
+            out.append(row)
         elif r["op"] == "call_tir":
             out.append({**r, "op": "bitserial_aux"})  # quantize+pack, unpack+avgpool, bitpack
         else:
@@ -109,7 +121,7 @@ def lower_bitserial(model, variant, target, *, progress, seed: int):
              f"golden output from the numpy reference")
     ex, params, rows = compile_binarized(net, target, glue=variant.glue, progress=progress)
     extra = {"polarity": net.mode, "glue": variant.glue, "shiftnorm": net.shiftnorm, "activation_step": net.step,
-             "binary_layers": len(net.convs), "stem": "float32", "head": "float32",
+             "binary_layers": len(net.convs), "stem": "int8" if net.stem.integer else "float32", "head": "float32",
              "code_histogram": {str(k): round(v, 4) for k, v in trace.histogram.items()}}
     return Lowered(ex, params, x, trace.scores.astype(np.float32), "numpy-bitserial", extra=extra,
                    rtol=GOLDEN_TOL, atol=GOLDEN_TOL, layers=rows)

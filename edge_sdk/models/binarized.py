@@ -1,7 +1,15 @@
 """Binarized zoo networks (Riptide layout): how a float zoo model becomes a bitserial network.
 
 ResNet18 (the zoo's `_resnet18`, same names, same seeded weights or .npz):
-  stem    conv1 7x7/2 + BN + ReLU in float32, then max pool 3x3/2 (float), then quantize to a-bit codes.
+  stem    (stem="int8", the default) integer only, straight to codes: the input is quantized to int8
+          (scale 1/128, zero point 0: the golden 1/128 grid exactly; +1.0 saturates to 127/128), conv1's
+          BN-folded weights to int8 per output channel (symmetric, max|w| -> 127) with an int32 bias on the
+          accumulator's grid; int32 accumulation; the epilogue is the int8 backend's: TFLite's fixed-point
+          requantize by M = s_in * s_w / step onto the code grid (zero point 0, rounding as
+          quant.int8.multiply_by_quantized_multiplier), clamped to [0, 2^a - 1] (ReLU and saturation in one).
+          Then max pool 3x3/2 on the codes: the quantizer is monotone non-decreasing, so quantize(max) ==
+          max(quantize), and the codes equal quantizing the pooled accumulators. No float tensor exists.
+          (stem="float32") conv1 + BN + ReLU in float32, max pool (float), then quantize floor(y/step + 1/2).
           Its BN-folded weights are snapped per output channel to m * 2^-e with |m| <= 511 and its bias to
           the grid 2^-(7+e): with an input on the 1/128 grid (the golden input) every partial sum is exact
           in float32 whatever the summation order, so the compiled stem's codes equal the reference's.
@@ -29,8 +37,8 @@ MobileNetV1 (Larq/Riptide-style, a decision): a depthwise 3x3 conv has one input
   pay there. So the 13 pointwise convs are bitserial (fused glue, bitpacked codes out) and the depthwise
   convs stay float32 (int8 when it lands): each one reads the dequantized codes (code * step), applies
   BN + ReLU, and is quantized + bitpacked for the next pointwise conv. Its weights are snapped like the
-  stem's (inputs are on the 2^(1-a) grid), so it is exact in float32 too. The stem quantizes its output
-  before the first depthwise conv. Float tensors exist around every depthwise layer: MobileNet is not
+  stem's (inputs are on the 2^(1-a) grid), so it is exact in float32 too. The stem (int8 or float, as
+  for ResNet18, without the pool) quantizes its output before the first depthwise conv. Float tensors exist around every depthwise layer: MobileNet is not
   "fully binary" the way ResNet18 is, and no residuals.
 """
 from __future__ import annotations
@@ -47,6 +55,8 @@ from edge_sdk.quant.bitserial import quantize_weights
 from edge_sdk.quant.glue import FusedGlue, GlueParams, derive_fused_glue, flip_weight_codes, shiftnorm_params
 
 INPUT_GRID_BITS = 7  # the golden input is k / 128
+STEM_INPUT_SCALE, STEM_INPUT_ZERO_POINT = 2.0 ** -INPUT_GRID_BITS, 0  # the integer stem's int8 input
+STEMS = ("int8", "float32")
 STEM_WEIGHT_BITS = 9  # |m| <= 511: 147 taps * 128 * 511 < 2^24, exact in float32
 
 
@@ -109,6 +119,19 @@ class Stem:
     pool_stride: int
     pool_pad: tuple[int, int, int, int]
     out_shape: tuple[int, int, int, int]  # after the pool
+    # the integer stem (None: the float stem above runs): int8 input x_q = quantize(x, in_scale, in_zp),
+    # acc = conv(x_q - in_zp, qweight) + qbias (int32), codes = clamp(mbqm(acc, mult, shift), 0, 2^a - 1)
+    qweight: np.ndarray | None = None  # (K, K, 3, C) int8 HWIO, per output channel scale w_scale
+    qbias: np.ndarray | None = None  # (C,) int32, in units of in_scale * w_scale
+    w_scale: np.ndarray | None = None  # (C,) float64
+    mult: np.ndarray | None = None  # (C,) int64 TFLite quantized multiplier of in_scale * w_scale / step
+    shift: np.ndarray | None = None  # (C,) int64 its shift (<= 0: right shifts)
+    in_scale: float = STEM_INPUT_SCALE
+    in_zp: int = STEM_INPUT_ZERO_POINT
+
+    @property
+    def integer(self) -> bool:
+        return self.qweight is not None
 
 
 @dataclass(frozen=True)
@@ -161,6 +184,38 @@ def _snap_stem(wt: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
                              taps=int(np.prod(wt.shape[:3])), what="stem")
 
 
+def _int8_stem(wt: np.ndarray, b: np.ndarray, *, step: float) -> dict:
+    """The integer stem's constants from the BN-folded float weights (K, K, 3, C) and bias (C,).
+
+    Weights: symmetric int8 per output channel (the int8 scheme's weight quantization); bias: int32 on
+    the accumulator grid in_scale * w_scale; requantize multiplier M = in_scale * w_scale / step as
+    TFLite's (multiplier, shift), so codes = clamp(mbqm(acc + bias), 0, 2^a - 1) round y / step.
+    """
+    from edge_sdk.quant.int8 import quantize_multiplier, tflite_round
+
+    wt, b = np.asarray(wt, np.float64), np.asarray(b, np.float64)
+    peak = np.abs(wt).reshape(-1, wt.shape[-1]).max(axis=0)
+    w_scale = np.where(peak > 0, peak / 127.0, 1.0)
+    q = np.clip(tflite_round(wt / w_scale), -127, 127).astype(np.int8)
+    acc_scale = STEM_INPUT_SCALE * w_scale
+    qb = tflite_round(b / acc_scale)
+    if np.abs(qb).max() >= 2 ** 30:
+        raise ModelError("binarized stem: bias too large for an int32 accumulator (|bias| / max|w| is huge)")
+    pairs = [quantize_multiplier(float(m)) for m in acc_scale / step]
+    mult = np.array([p[0] for p in pairs], np.int64)
+    shift = np.array([p[1] for p in pairs], np.int64)
+    if np.any(shift > 0):
+        raise ModelError(f"binarized stem: requantize multiplier >= 1 (max {float((acc_scale / step).max()):.3g}): "
+                         "weights far larger than the activation step")
+    return dict(qweight=q, qbias=qb.astype(np.int32), w_scale=w_scale, mult=mult, shift=shift)
+
+
+def _stem_extra(stem: str, wt, b, step: float) -> dict:
+    if stem not in STEMS:
+        raise ModelError(f"binarized stem '{stem}' is not one of {', '.join(STEMS)}")
+    return _int8_stem(wt, b, step=step) if stem == "int8" else {}
+
+
 def _bin_conv(w: _Weights, name: str, in_shape, cout: int, k: int, stride: int, *, a_bits: int, w_bits: int,
               step: float, shiftnorm: bool) -> BinConv:
     n, h, wd, cin = in_shape
@@ -187,7 +242,8 @@ def _bin_conv(w: _Weights, name: str, in_shape, cout: int, k: int, stride: int, 
 
 
 def binarized_resnet18(*, alpha: float, resolution: int, classes: int, a_bits: int, w_bits: int,
-                       weights: Path | None = None, seed: int = 0, shiftnorm: bool = True) -> BinarizedNet:
+                       weights: Path | None = None, seed: int = 0, shiftnorm: bool = True,
+                       stem: str = "int8") -> BinarizedNet:
     """The zoo's ResNet18 (same weight names and seeded draw order) in the Riptide layout."""
     if a_bits not in (1, 2, 3) or w_bits not in (1, 2):
         raise ModelError(f"binarized resnet18: w{w_bits}a{a_bits} is not supported (weights 1-2 bits, activations 1-3)")
@@ -200,12 +256,13 @@ def binarized_resnet18(*, alpha: float, resolution: int, classes: int, a_bits: i
     gamma, beta, mean, var = _bn(w, "conv1", c1)
     s = gamma / np.sqrt(var + BN_EPS)
     sw, sb = _snap_stem(wt * s, beta - mean * s)
+    extra = _stem_extra(stem, wt * s, beta - mean * s, step)
     ph, pw = same_padding(res, 7, 2), same_padding(res, 7, 2)
     h = -(-res // 2)
     qh = same_padding(h, 3, 2)
     shape = (n, -(-h // 2), -(-h // 2), c1)
     stem = Stem(weight=sw, bias=sb, stride=2, pad=(ph[0], pw[0], ph[1], pw[1]), pool=3, pool_stride=2,
-                pool_pad=(qh[0], qh[0], qh[1], qh[1]), out_shape=shape)
+                pool_pad=(qh[0], qh[0], qh[1], qh[1]), out_shape=shape, **extra)
     blocks = []
     kw = dict(a_bits=a_bits, w_bits=w_bits, step=step, shiftnorm=shiftnorm)
     for stage, ch in enumerate([64, 128, 256, 512], start=1):
@@ -227,7 +284,8 @@ def binarized_resnet18(*, alpha: float, resolution: int, classes: int, a_bits: i
 
 
 def binarized_mobilenet_v1(*, alpha: float, resolution: int, classes: int, a_bits: int, w_bits: int,
-                           weights: Path | None = None, seed: int = 0, shiftnorm: bool = True) -> BinarizedNet:
+                           weights: Path | None = None, seed: int = 0, shiftnorm: bool = True,
+                           stem: str = "int8") -> BinarizedNet:
     """The zoo's MobileNetV1 with bitserial pointwise convs and float depthwise ones (module docstring)."""
     if a_bits not in (1, 2, 3) or w_bits not in (1, 2):
         raise ModelError(f"binarized mobilenet_v1: w{w_bits}a{a_bits} is not supported (weights 1-2 bits, activations 1-3)")
@@ -239,10 +297,11 @@ def binarized_mobilenet_v1(*, alpha: float, resolution: int, classes: int, a_bit
     gamma, beta, mean, var = _bn(w, "conv1", c1)
     sc = gamma / np.sqrt(var + BN_EPS)
     sw, sb = _snap_stem(wt * sc, beta - mean * sc)
+    extra = _stem_extra(stem, wt * sc, beta - mean * sc, step)
     ph = same_padding(resolution, 3, 2)
     shape = (1, h, h, c1)
     stem = Stem(weight=sw, bias=sb, stride=2, pad=(ph[0], ph[0], ph[1], ph[1]), pool=0, pool_stride=1,
-                pool_pad=(0, 0, 0, 0), out_shape=shape)
+                pool_pad=(0, 0, 0, 0), out_shape=shape, **extra)
     plan = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)] + [(512, 1)] * 5 + [(1024, 2), (1024, 1)]
     blocks = []
     for i, (ch, stride) in enumerate(plan, start=1):
@@ -269,7 +328,8 @@ def binarized_mobilenet_v1(*, alpha: float, resolution: int, classes: int, a_bit
 BUILDERS = {"resnet18": binarized_resnet18, "mobilenet_v1": binarized_mobilenet_v1}
 
 
-def binarize(model, *, a_bits: int, w_bits: int, polarity: str = "unipolar", shiftnorm: bool = True) -> BinarizedNet:
+def binarize(model, *, a_bits: int, w_bits: int, polarity: str = "unipolar", shiftnorm: bool = True,
+             stem: str = "int8") -> BinarizedNet:
     """The binarized counterpart of a zoo Model (its source says which weights: .npz or seed)."""
     if polarity != "unipolar":
         raise ModelError(f"binarized networks: polarity '{polarity}' is not built (ReLU networks are unipolar; "
@@ -283,7 +343,7 @@ def binarize(model, *, a_bits: int, w_bits: int, polarity: str = "unipolar", shi
     opts = model.options
     return BUILDERS[model.name](alpha=float(opts["alpha"]), resolution=int(opts["resolution"]),
                               classes=int(opts["classes"]), a_bits=a_bits, w_bits=w_bits, weights=weights,
-                              seed=int(q.get("seed", 0)), shiftnorm=shiftnorm)
+                              seed=int(q.get("seed", 0)), shiftnorm=shiftnorm, stem=stem)
 
 
 def golden_input(shape, *, seed: int) -> np.ndarray:

@@ -6,6 +6,10 @@ formula of quant/glue.py written out. The layout and numerics of the network are
 edge_sdk/models/binarized.py.
 
     run_reference(net, x, glue="fused"|"unfused") -> Trace(scores, codes, stem_codes)
+    stem_codes(net, x) -> the codes entering the first binary layer (int8 or float stem, with its pool)
+
+The integer stem is written with the int8 scheme's numpy primitives (quant/int8.py: quantize, TFLite's
+fixed-point requantize; themselves checked against TFLite), its conv as a plain exact integer conv.
 """
 from __future__ import annotations
 
@@ -86,18 +90,52 @@ def pre_clip(conv, acc, glue: str) -> np.ndarray:
     return np.floor(z).astype(np.int64)
 
 
-def run_reference(net, x, *, glue: str = "fused") -> Trace:
-    if glue not in ("fused", "unfused"):
-        raise ValueError(f"glue '{glue}' is not 'fused' or 'unfused'")
-    qmax = (1 << net.a_bits) - 1
+def int8_stem_accumulators(stem, x) -> np.ndarray:
+    """int64 accumulators of the integer stem: conv(quantize(x) - Z, qweight) + qbias (exact, |acc| < 2^31)."""
+    from edge_sdk.quant.int8 import quantize
+
+    xq = quantize(x, stem.in_scale, stem.in_zp).astype(np.int64) - stem.in_zp  # padding = zero point: 0 here
+    acc = conv2d_values(xq, stem.qweight.astype(np.int64), stride=stem.stride, pad=stem.pad)
+    return np.rint(acc).astype(np.int64) + stem.qbias.astype(np.int64)
+
+
+def int8_stem_requantize(stem, acc, *, a_bits: int) -> np.ndarray:
+    """Accumulators -> codes: TFLite's fixed-point multiply by in_scale * w_scale / step (round to
+    nearest as multiply_by_quantized_multiplier does), zero point 0, clamp [0, 2^a - 1] (ReLU + saturate)."""
+    from edge_sdk.quant.int8 import multiply_by_quantized_multiplier
+
+    v = multiply_by_quantized_multiplier(acc, stem.mult, stem.shift)
+    return np.clip(v, 0, (1 << a_bits) - 1).astype(np.int64)
+
+
+def stem_codes(net, x) -> np.ndarray:
+    """The codes (int64 NHWC) the stem hands to the first binary layer.
+
+    Integer stem: max pool on the codes. The requantizer q(acc) is monotone non-decreasing per channel,
+    so max(q(a), q(b)) == q(max(a, b)): pooling codes equals quantizing the pooled accumulators
+    (tests/test_bitserial_stem.py checks both orders). Codes are >= 0 and every window holds a real
+    pixel, so the pool's padding never wins."""
     s = net.stem
+    qmax = (1 << net.a_bits) - 1
+    if s.integer:
+        codes = int8_stem_requantize(s, int8_stem_accumulators(s, x), a_bits=net.a_bits)
+        if s.pool:
+            codes = max_pool(codes.astype(np.float64), k=s.pool, stride=s.pool_stride, pad=s.pool_pad).astype(np.int64)
+        return codes
     y = conv2d_values(x, s.weight, stride=s.stride, pad=s.pad) + s.bias.astype(np.float64)
     y = np.maximum(y, 0.0)
     if s.pool:
         y = max_pool(y, k=s.pool, stride=s.pool_stride, pad=s.pool_pad)
+    return np.clip(np.floor(y / net.step + 0.5), 0, qmax).astype(np.int64)
+
+
+def run_reference(net, x, *, glue: str = "fused") -> Trace:
+    if glue not in ("fused", "unfused"):
+        raise ValueError(f"glue '{glue}' is not 'fused' or 'unfused'")
+    qmax = (1 << net.a_bits) - 1
     quantize = lambda v: np.clip(np.floor(v / net.step + 0.5), 0, qmax).astype(np.int64)  # noqa: E731
-    codes = quantize(y)
-    stem_codes, seen = codes, [codes]
+    codes = stem_codes(net, x)
+    stem_codes_, seen = codes, [codes]
     for b in net.blocks:
         if hasattr(b, "dw"):  # MobileNet: float depthwise on dequantized codes, then a bitserial pointwise
             d = b.dw
@@ -117,4 +155,4 @@ def run_reference(net, x, *, glue: str = "fused") -> Trace:
     allc = np.concatenate([c.reshape(-1) for c in seen])
     hist = {int(v): float(np.mean(allc == v)) for v in range(qmax + 1)}
     return Trace(scores=(e / e.sum(axis=-1, keepdims=True)).astype(np.float32), codes=codes,
-                 stem_codes=stem_codes, histogram=hist)
+                 stem_codes=stem_codes_, histogram=hist)

@@ -1,0 +1,168 @@
+"""The integer stem of a bitserial network: float image -> int8 -> int8 conv -> a-bit codes -> pool -> packed.
+
+    emit_int8_stem(bb, x, net, *, simd, word, out="packed"|"codes"|"values") -> (relax var, {var: row})
+
+Numerics are quant/bitserial_net_ref.py's (stem_codes), the model's are models/binarized.py's (Stem):
+1. quantize: round(x / in_scale) + in_zp, clamped to int8, as TFLite's QUANTIZE (quant.int8.quantize);
+   our own kernel, vectorized over each image row (the int8 backend's glue.quantize is scalar).
+2. conv: the int8 backend's conv (compiler/int8/kernels.conv2d: the register-tiled GEMM, smlal tile on
+   aarch64, vpmaddwd on x86) with its fused epilogue bias + fixed-point requantize + clamp; zero point
+   0 and clamp [0, 2^a - 1] make its int8 outputs the a-bit codes themselves.
+3. pool + pack (one kernel, ours): max pool 3x3/2 on the int8 codes, then the bitpack of each output row
+   from a row buffer. Pooling codes equals quantizing pooled values (the quantizer is monotone
+   non-decreasing, see bitserial_net_ref.stem_codes); padded taps are skipped (codes >= 0, every window
+   has a real pixel, so a 0 fill is the same). out="codes" writes int32 codes (the unfused graph packs
+   them with its separate bitpack kernel and keeps them for the first shortcut), out="values" float32
+   code * step (MobileNet's first depthwise conv reads values; it has no pool).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from edge_sdk.errors import CompileError
+
+
+def quantize_prim_func(shape, *, scale: float, zero_point: int, name: str):
+    """float32 NHWC -> int8: TFLite's round half away from zero of x / scale, + zero point, clamp."""
+    from tvm import s_tir, te, tirx
+
+    from edge_sdk.compiler.ops.common import finish
+
+    x = te.placeholder(tuple(shape), "float32", name="x")
+    inv = tirx.const(float(np.float32(scale)), "float32")
+
+    def f(*i):
+        v = x(*i) / inv
+        t = tirx.trunc(v)
+        r = t + tirx.Select(tirx.abs(v - t) >= tirx.const(0.5, "float32"),
+                            tirx.Select(v > 0, tirx.const(1.0, "float32"), tirx.const(-1.0, "float32")),
+                            tirx.const(0.0, "float32"))
+        r = tirx.max(tirx.min(r + tirx.const(float(zero_point), "float32"), tirx.const(127.0, "float32")),
+                     tirx.const(-128.0, "float32"))
+        return r.astype("int8")
+
+    out = te.compute(tuple(shape), f, name="quantize")
+    sch = s_tir.Schedule(te.create_prim_func([x, out]))
+    n, h, w, c = sch.get_loops(sch.get_sblock("quantize"))
+    sch.parallel(sch.fuse(n, h))
+    wc = sch.fuse(w, c)
+    lanes = next((v for v in (16, 8, 4) if (int(shape[2]) * int(shape[3])) % v == 0), 1)
+    if lanes > 1:
+        sch.vectorize(sch.split(wc, [None, lanes])[1])
+    return finish(sch, name)
+
+
+def pool_out_prim_func(codes_shape, *, grid, channels: int, pool: int, stride: int, pad, bits: int, word: str,
+                       out: str, step: float, name: str):
+    """int8 codes -> max pool (pool 0: none) -> packed words / int32 codes / float32 values.
+
+    codes_shape: (M, Cpad) of the GEMM (rows = pixels of grid (N, H, W)) or (N, H, W, C).
+    """
+    from tvm import s_tir, te, tirx
+
+    from edge_sdk.compiler.ops.bitserial import bitpack
+    from edge_sdk.compiler.ops.common import finish
+
+    n, h, w = grid
+    x = te.placeholder(tuple(codes_shape), "int8", name="codes")
+    flat = len(codes_shape) == 2
+    at = (lambda a, y, z, c: x[(a * h + y) * w + z, c]) if flat else (lambda a, y, z, c: x[a, y, z, c])  # noqa: E731
+    if pool:
+        t, l, b, r = pad
+        oh, ow = (h + t + b - pool) // stride + 1, (w + l + r - pool) // stride + 1
+
+        def tap(a, y, z, c, ry, rx):  # a padded tap reads 0: codes are >= 0 and every window has a real pixel
+            yy, xx = y * stride + ry - t, z * stride + rx - l
+            conds = [v for v, need in ((yy >= 0, t), (yy < h, b), (xx >= 0, l), (xx < w, r)) if need]
+            v = at(a, yy, xx, c)
+            return tirx.if_then_else(tirx.all(*conds), v, tirx.const(0, "int8")) if conds else v
+
+        def window(a, y, z, c):  # the taps unrolled: a spatial block, vectorized over channels
+            v = tap(a, y, z, c, 0, 0)
+            for ry in range(pool):
+                for rx in range(pool):
+                    if ry or rx:
+                        v = tirx.max(v, tap(a, y, z, c, ry, rx))
+            return v
+
+        pooled = te.compute((n, oh, ow, channels), window, name="pool")
+    else:
+        oh, ow = h, w
+        pooled = te.compute((n, oh, ow, channels), lambda a, y, z, c: at(a, y, z, c), name="pool")
+    if out == "packed":
+        codes32 = te.compute(pooled.shape, lambda *i: pooled(*i).astype("int32"), name="widen")
+        res = bitpack(codes32, bits=bits, word=word, name="pack")
+    elif out == "codes":
+        res = te.compute(pooled.shape, lambda *i: pooled(*i).astype("int32"), name="widen")
+    elif out == "values":
+        res = te.compute(pooled.shape, lambda *i: pooled(*i).astype("float32") * tirx.const(step, "float32"),
+                         name="widen")
+    else:
+        raise CompileError(f"integer stem: output '{out}' is not 'packed', 'codes' or 'values'")
+    sch = s_tir.Schedule(te.create_prim_func([x, res]))
+    last = sch.get_sblock(res.op.name)
+    la, ly, *_ = sch.get_loops(last)
+    row = sch.fuse(la, ly)
+    sch.parallel(row)
+    lanes = 16 if channels % 16 == 0 else 8 if channels % 8 == 0 else 1
+    pb = sch.get_sblock("pool")
+    if out == "packed":
+        wb = sch.get_sblock("widen")
+        sch.compute_at(wb, row)
+        sch.compute_at(pb, row)
+        _, _, wc = sch.get_loops(wb)
+        if lanes > 1:
+            sch.vectorize(sch.split(wc, [None, lanes])[1])
+    else:
+        _, lz, lc = sch.get_loops(last)
+        sch.compute_at(pb, lz)
+        if lanes > 1:
+            sch.vectorize(sch.split(lc, [None, lanes])[1])
+    if lanes > 1:
+        sch.vectorize(sch.split(sch.get_loops(pb)[-1], [None, lanes])[1])
+    return finish(sch, name), (n, oh, ow, channels)
+
+
+def emit_int8_stem(bb, x, net, *, simd, word: str, out: str = "packed"):
+    """Emit the integer stem into BlockBuilder bb (inside a dataflow block). Returns (var, rows) with rows
+    {binding name: layer-table row overrides} for the quantize, conv and pool kernels."""
+    import tvm
+    from tvm import relax
+
+    from edge_sdk.compiler.int8 import kernels
+    from edge_sdk.compiler.ops.bitserial import WORD_BITS
+    from edge_sdk.quant.int8 import _pads
+
+    s, qmax = net.stem, (1 << net.a_bits) - 1
+    const = lambda a: relax.const(tvm.runtime.tensor(np.ascontiguousarray(a)))  # noqa: E731
+    in_shape = tuple(int(d) for d in net.input_shape)
+    kh, kw, ci, co = s.qweight.shape
+    oh, ow, pads = _pads(in_shape, kh, kw, (s.stride, s.stride), (1, 1), "SAME")
+    t, l, b, r = s.pad
+    if pads != (t, b, l, r):
+        raise CompileError(f"integer stem: padding {s.pad} is not TFLite SAME {pads} for {in_shape}, k {kh}")
+    rows = {}
+    qf = quantize_prim_func(in_shape, scale=s.in_scale, zero_point=s.in_zp, name="edge_stem_quantize")
+    xq = bb.emit(relax.call_tir(bb.add_func(qf, "edge_stem_quantize"), [x], relax.TensorType(in_shape, "int8")),
+                 name_hint="conv1_quantize")
+    rows[xq.name] = {"op": "quantize", "flops": int(np.prod(in_shape))}
+    k = kernels.conv2d(in_shape, np.ascontiguousarray(s.qweight.transpose(3, 0, 1, 2)), s.qbias, in_zp=s.in_zp,
+                       mult=s.mult, shift=s.shift, out_zp=0, act=(0, qmax), stride=(s.stride, s.stride),
+                       dilation=(1, 1), padding="SAME", simd=simd, name="edge_stem_conv_i8")
+    args = [xq] + [const(c) for c in k.consts]
+    codes = bb.emit(relax.call_tir(bb.add_func(k.func, "edge_stem_conv_i8"), args,
+                                   relax.TensorType(k.out_shape, "int8")), name_hint="conv1")
+    rows[codes.name] = {"op": "conv2d", "flops": 2 * oh * ow * co * kh * kw * ci * in_shape[0],
+                        "epilogue": ["bias", "requantize", "relu"], "precision": "int8"}
+    func, shape = pool_out_prim_func(k.out_shape, grid=(in_shape[0], oh, ow), channels=co, pool=s.pool,
+                                     stride=s.pool_stride, pad=s.pool_pad, bits=net.a_bits, word=word, out=out,
+                                     step=net.step, name="edge_stem_pool_pack")
+    if out == "packed":
+        ty = relax.TensorType((*shape[:3], -(-co // WORD_BITS[word]), net.a_bits), word)
+    else:
+        ty = relax.TensorType(shape, "int32" if out == "codes" else "float32")
+    res = bb.emit(relax.call_tir(bb.add_func(func, "edge_stem_pool_pack"), [codes], ty),
+                  name_hint="pool" if s.pool else "conv1_codes")
+    rows[res.name] = {"op": "max_pool2d" if s.pool else "bitserial_aux",
+                      "flops": int(np.prod(shape)) * max(1, s.pool * s.pool)}
+    return res, rows
