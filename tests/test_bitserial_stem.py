@@ -125,7 +125,7 @@ def test_max_pool_commutes_with_the_requantizer():
 tvm = pytest.importorskip("tvm")
 
 
-def _compile_stem(net, target, out):
+def _compile_stem(net, target, out, simd=None):
     from tvm import relax
 
     from edge_sdk.compiler.lower import compile_relax
@@ -137,8 +137,8 @@ def _compile_stem(net, target, out):
     x = relax.Var("input", relax.TensorType(net.input_shape, "float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
-            v, _ = emit_int8_stem(bb, x, net, simd=simd_of(target.tvm_target()), word=network_word(target.arch),
-                                  out=out)
+            v, _ = emit_int8_stem(bb, x, net, simd=simd or simd_of(target.tvm_target()),
+                                  word=network_word(target.arch), out=out)
             gv = bb.emit_output(v)
         bb.emit_func_output(gv)
     return compile_relax(bb.get(), target)
@@ -163,6 +163,23 @@ def test_compiled_int8_conv_and_pool_equal_plain_numpy(res, ab):
     no_pool = dataclasses.replace(net, stem=dataclasses.replace(net.stem, pool=0))
     np.testing.assert_array_equal(_run(*_compile_stem(no_pool, host, "codes"), x), plain_stem(net, x, pool=False))
     np.testing.assert_array_equal(_run(*_compile_stem(net, host, "codes"), x), plain_stem(net, x))
+
+
+@pytest.mark.parametrize("res,ab", [(32, 2), (64, 3)])
+def test_neon_row_tiled_conv_equals_plain_numpy_on_the_host(res, ab):
+    """The aarch64 variant (quantize + pad to int16, row-tiled smlal GEMM) is plain TIR but for its tile:
+    compiled for the host it must give the same codes (pi3 under qemu: test_bitserial_net)."""
+    from edge_sdk.compiler.ops.common import Simd
+    from edge_sdk.targets import get_target
+
+    net = _net(ab, resolution=res)
+    x = RNG.uniform(-1.1, 1.1, net.input_shape).astype(np.float32)
+    neon = Simd("neon", 4, 32)
+    no_pool = dataclasses.replace(net, stem=dataclasses.replace(net.stem, pool=0))
+    ex, params = _compile_stem(no_pool, get_target("host"), "codes", simd=neon)
+    np.testing.assert_array_equal(_run(ex, params, x), plain_stem(net, x, pool=False))
+    np.testing.assert_array_equal(_run(*_compile_stem(net, get_target("host"), "codes", simd=neon), x),
+                                  plain_stem(net, x))
 
 
 def test_compiled_packed_stem_unpacks_to_the_codes():

@@ -52,6 +52,85 @@ def quantize_prim_func(shape, *, scale: float, zero_point: int, name: str):
     return finish(sch, name)
 
 
+def quantize_pad_prim_func(shape, *, scale: float, zero_point: int, pads, name: str):
+    """float32 NHWC -> int16 (N, H+pt+pb, W+pl+pr, C): the int8 quantize of quantize_prim_func, padded with
+    the zero point and widened once, so the conv's im2col is a plain gather (no bounds, no widening)."""
+    from tvm import s_tir, te, tirx
+
+    from edge_sdk.compiler.ops.common import finish
+
+    n, h, w, c = (int(d) for d in shape)
+    pt, pb, pl, pr = pads
+    x = te.placeholder((n, h, w, c), "float32", name="x")
+    inv = tirx.const(float(np.float32(scale)), "float32")
+
+    def f(a, y, z, k):
+        v = x[a, y - pt, z - pl, k] / inv
+        t = tirx.trunc(v)
+        r = t + tirx.Select(tirx.abs(v - t) >= tirx.const(0.5, "float32"),
+                            tirx.Select(v > 0, tirx.const(1.0, "float32"), tirx.const(-1.0, "float32")),
+                            tirx.const(0.0, "float32"))
+        r = tirx.max(tirx.min(r + tirx.const(float(zero_point), "float32"), tirx.const(127.0, "float32")),
+                     tirx.const(-128.0, "float32"))
+        inside = tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl)
+        return tirx.if_then_else(inside, r.astype("int16"), tirx.const(zero_point, "int16"))
+
+    out = te.compute((n, h + pt + pb, w + pl + pr, c), f, name="quantize")
+    sch = s_tir.Schedule(te.create_prim_func([x, out]))
+    la, ly, _, _ = sch.get_loops(sch.get_sblock("quantize"))
+    sch.parallel(sch.fuse(la, ly))
+    return finish(sch, name)
+
+
+def conv_rows_gemm(xp_shape, w_hwio: np.ndarray, bias, *, mult, shift, stride: int, out_hw, act, name: str):
+    """The int8 backend's NEON GEMM (compiler/int8/gemm.py: 8 pixels x 8 channels, 16 smlal by lane per k
+    step, its schedule and epilogue) on an input already quantized, padded and widened to int16: a row
+    tile of 8 pixels never crosses an image row (OW % 8 == 0), so the im2col gather has no bounds checks
+    and no per-element index division. Returns (func, consts, (M, COpad)). Arguments as gemm.conv_gemm."""
+    from tvm import s_tir, te, tirx
+
+    from edge_sdk.compiler.int8 import fixedpoint as fp
+    from edge_sdk.compiler.int8 import gemm
+    from edge_sdk.compiler.ops.common import finish, round_up
+
+    n, _, _, ci = (int(d) for d in xp_shape)
+    kh, kw, _, co = w_hwio.shape
+    oh, ow = out_hw
+    mr = nr = 8
+    if ow % mr:
+        raise CompileError(f"integer stem: output width {ow} is not a multiple of {mr}")
+    m, npad, tpr = n * oh * ow, round_up(co, nr), ow // mr
+    x = te.placeholder(tuple(int(d) for d in xp_shape), "int16", name="x")
+    wp = gemm.pack_weight(w_hwio, nr, pairs=False)
+    wt = te.placeholder(wp.shape, "int16", name="w")
+    bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
+
+    def a16(io, ry, rx, c, ii):
+        img, rem = io // (oh * tpr), io % (oh * tpr)
+        return x[img, rem // tpr * stride + ry, (rem % tpr * mr + ii) * stride + rx, c]
+
+    a_t = te.compute((m // mr, kh, kw, ci, mr), a16, name="a16")
+    ry, rx, rc = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx"), te.reduce_axis((0, ci), "rc")
+    acc = te.compute((m, npad), lambda i, j: te.sum(
+        a_t[i // mr, ry, rx, rc, i % mr].astype("int32") * wt[j // nr, ry, rx, rc, j % nr].astype("int32"),
+        axis=[ry, rx, rc]), name="acc")
+    biased = te.compute((m, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
+    lo, hi = act
+    out = te.compute((m, npad), lambda i, j: fp.clamp_int8_32(fp.mbqm32(biased[i, j], mt[j], rt_[j]), lo, hi),
+                     name="out")
+    sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
+    gemm._schedule(sch, mr=mr, nr=nr, m=m, k=kh * kw * ci, npad=npad, red=[kh, kw, ci], pairs=False,
+                   widen_vec=False, lanes=True)
+
+    def padded(v):
+        o = np.zeros(npad, np.int32)
+        o[:co] = v
+        return o
+
+    consts = [wp, padded(bias), padded(mult), padded(-np.asarray(shift, np.int64))]
+    return finish(sch, name), consts, (m, npad)
+
+
 def pool_out_prim_func(codes_shape, *, grid, channels: int, pool: int, stride: int, pad, bits: int, word: str,
                        out: str, step: float, name: str):
     """int8 codes -> max pool (pool 0: none) -> packed words / int32 codes / float32 values.
@@ -142,19 +221,30 @@ def emit_int8_stem(bb, x, net, *, simd, word: str, out: str = "packed"):
     if pads != (t, b, l, r):
         raise CompileError(f"integer stem: padding {s.pad} is not TFLite SAME {pads} for {in_shape}, k {kh}")
     rows = {}
-    qf = quantize_prim_func(in_shape, scale=s.in_scale, zero_point=s.in_zp, name="edge_stem_quantize")
-    xq = bb.emit(relax.call_tir(bb.add_func(qf, "edge_stem_quantize"), [x], relax.TensorType(in_shape, "int8")),
-                 name_hint="conv1_quantize")
+    if simd.isa == "neon" and ow % 8 == 0 and s.in_zp == 0:  # the row-tiled variant (conv_rows_gemm)
+        xp_shape = (in_shape[0], in_shape[1] + t + b, in_shape[2] + l + r, in_shape[3])
+        qf = quantize_pad_prim_func(in_shape, scale=s.in_scale, zero_point=s.in_zp, pads=pads,
+                                    name="edge_stem_quantize")
+        xq = bb.emit(relax.call_tir(bb.add_func(qf, "edge_stem_quantize"), [x], relax.TensorType(xp_shape, "int16")),
+                     name_hint="conv1_quantize")
+        func, consts, out_shape = conv_rows_gemm(xp_shape, s.qweight, s.qbias, mult=s.mult, shift=s.shift,
+                                                 stride=s.stride, out_hw=(oh, ow), act=(0, qmax),
+                                                 name="edge_stem_conv_i8")
+    else:  # the int8 backend's conv as it is (x86: its vpmaddwd GEMM)
+        qf = quantize_prim_func(in_shape, scale=s.in_scale, zero_point=s.in_zp, name="edge_stem_quantize")
+        xq = bb.emit(relax.call_tir(bb.add_func(qf, "edge_stem_quantize"), [x], relax.TensorType(in_shape, "int8")),
+                     name_hint="conv1_quantize")
+        k = kernels.conv2d(in_shape, np.ascontiguousarray(s.qweight.transpose(3, 0, 1, 2)), s.qbias,
+                           in_zp=s.in_zp, mult=s.mult, shift=s.shift, out_zp=0, act=(0, qmax),
+                           stride=(s.stride, s.stride), dilation=(1, 1), padding="SAME", simd=simd,
+                           name="edge_stem_conv_i8")
+        func, consts, out_shape = k.func, k.consts, k.out_shape
     rows[xq.name] = {"op": "quantize", "flops": int(np.prod(in_shape))}
-    k = kernels.conv2d(in_shape, np.ascontiguousarray(s.qweight.transpose(3, 0, 1, 2)), s.qbias, in_zp=s.in_zp,
-                       mult=s.mult, shift=s.shift, out_zp=0, act=(0, qmax), stride=(s.stride, s.stride),
-                       dilation=(1, 1), padding="SAME", simd=simd, name="edge_stem_conv_i8")
-    args = [xq] + [const(c) for c in k.consts]
-    codes = bb.emit(relax.call_tir(bb.add_func(k.func, "edge_stem_conv_i8"), args,
-                                   relax.TensorType(k.out_shape, "int8")), name_hint="conv1")
+    codes = bb.emit(relax.call_tir(bb.add_func(func, "edge_stem_conv_i8"), [xq] + [const(c) for c in consts],
+                                   relax.TensorType(out_shape, "int8")), name_hint="conv1")
     rows[codes.name] = {"op": "conv2d", "flops": 2 * oh * ow * co * kh * kw * ci * in_shape[0],
                         "epilogue": ["bias", "requantize", "relu"], "precision": "int8"}
-    func, shape = pool_out_prim_func(k.out_shape, grid=(in_shape[0], oh, ow), channels=co, pool=s.pool,
+    func, shape = pool_out_prim_func(out_shape, grid=(in_shape[0], oh, ow), channels=co, pool=s.pool,
                                      stride=s.pool_stride, pad=s.pool_pad, bits=net.a_bits, word=word, out=out,
                                      step=net.step, name="edge_stem_pool_pack")
     if out == "packed":
