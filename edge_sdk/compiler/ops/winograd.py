@@ -128,11 +128,11 @@ def conv2d_winograd(shape, padding, cpad: int, m: int, simd: Simd, *, act=("none
         _dot(at, y % m, lambda e: z[e, (y // m) * tw + xx // m, xx % m, k]), b[k], act,
         r[a, y, xx, k] if residual else None), name="out")
     args = [x, u, b] + ([r] if residual else []) + [out]
-    sch = s_tir.Schedule(te.create_prim_func(args))
+    sch = s_tir.Schedule(workload := te.create_prim_func(args))
     _schedule_input(sch, simd, ci, alpha)
     _schedule_gemm(sch, mr, nr, ci)
     _schedule_output(sch, simd, m, alpha)
-    return finish(sch, name)
+    return finish(sch, name, workload=workload)
 
 
 def _vec_split(sch, loop, extent: int, lanes: int):
