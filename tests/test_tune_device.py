@@ -280,3 +280,50 @@ def test_kernel_mode_errors(host_runner, candidates, extra, code, message):
     p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert p.returncode == code and message in p.stderr, (p.returncode, p.stderr)
     assert p.stdout == ""
+
+
+# ---- the aarch64 path: an emulated Pi (arm64 sshd under qemu, cortex-a53) -----------------------
+@pytest.mark.qemu
+@pytest.mark.slow
+def test_pi3_candidates_are_timed_on_an_emulated_pi():
+    from edge_sdk.fleet.config import load_fleet
+    from edge_sdk.fleet.ssh import Connection
+
+    emulated = device_image_module("emulated_pi")
+    if os.geteuid() != 0:
+        pytest.skip("emulated Pis need root (namespaces, mounts)")
+    if shutil.which("aarch64-linux-gnu-g++") is None:
+        pytest.skip("needs g++-aarch64-linux-gnu")
+    try:
+        emulated.check_host()
+    except emulated.EmulatedError as e:
+        pytest.skip(str(e))
+    pi3 = get_target("pi3")
+    builder = _builder(pi3)
+    func = _matmul()
+    built = builder.build([ms.builder.BuilderInput(tvm.IRModule({"main": m}), pi3.tvm_target())
+                           for m in (func, _tiled(func))])
+    assert all(b.error_msg is None for b in built), [b.error_msg for b in built]
+    paths = [str(b.artifact_path) for b in built]
+    assert all(Path(p).read_bytes()[18] == 183 for p in paths)  # ELF e_machine 183: EM_AARCH64
+
+    fleet = emulated.EmulatedFleet.start(1, tempfile.mkdtemp(prefix="edge-sdk-tune-pis-"), trust=True)
+    try:
+        kh = fleet.root / "known_hosts"
+        runner = make_device_runner(device=fleet.devices[0].name, fleet=fleet.fleet_yaml, target="pi3",
+                                    known_hosts=kh, number=1, repeat=2, min_repeat_ms=0, threads=1, timeout_s=300)
+        try:
+            res = _results(runner, _inputs(paths, list(ms.arg_info.ArgInfo.from_prim_func(func))))
+        finally:
+            runner.close()
+        for r in res:
+            assert r.error_msg is None, r.error_msg
+            assert len(r.run_secs) == 2 and all(float(s) > 0 for s in r.run_secs)
+        dev = load_fleet(fleet.fleet_yaml).select()[0]
+        with Connection(dev, known_hosts=kh) as c:
+            arch = c.run(["uname", "-m"]).stdout.strip()
+            left = c.run(["sh", "-c", 'find .edge-sdk -path .edge-sdk/runtime -prune -o '
+                          '\\( -type f -o -name ".tune-*" \\) -print']).stdout.split()
+        assert arch == "aarch64" and left == []
+    finally:
+        fleet.stop()
