@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Build QEMU's TCG plugins (libinsn.so: executed-instruction counter) for the installed qemu-user,
-# from Debian's own qemu source package, into $EDGE_SDK_CACHE/qemu-plugins/<qemu version>/.
+# Build QEMU's TCG plugins (libinsn.so: executed-instruction counter; libcache.so: L1 I/D + L2 cache
+# simulator from contrib/plugins/cache.c) for the installed qemu-user, from Debian's own qemu source
+# package, into $EDGE_SDK_CACHE/qemu-plugins/<qemu version>/.
 #
 # Why: `edge-sdk bench --emulate pi3` counts aarch64 instructions per inference under
-# `qemu-aarch64 -cpu cortex-a53 -plugin libinsn.so`; Debian ships qemu-user without the plugins.
+# `qemu-aarch64 -cpu cortex-a53 -plugin libinsn.so`, and with --memory also L1D/L2 misses under
+# `-plugin libcache.so` configured as a Pi 3B's caches (edge_sdk/bench/emulate.py); Debian ships
+# qemu-user without the plugins.
 # The plugin API is versioned, so the header comes from the same source version as the binary.
 # Needs: gcc, pkg-config, libglib2.0-dev, and deb-src lines (added for bookworm if absent; root).
 #
@@ -48,7 +51,7 @@ OUT="$CACHE/qemu-plugins/${VERSION//[:+~]/_}"
 if [[ "${1:-}" == "--guest-python" ]]; then
   guest_python
 fi
-if [[ -f "$OUT/libinsn.so" && -f "$OUT/.built" ]]; then
+if [[ -f "$OUT/libinsn.so" && -f "$OUT/libcache.so" && -f "$OUT/.built" ]]; then
   echo "$OUT"
   exit 0
 fi
@@ -98,7 +101,7 @@ if [[ -n "$DEB" ]]; then  # apply Debian's patches that touch these files (usual
   if [[ -f deb/debian/patches/series ]]; then
     while read -r patch; do
       [[ -z "$patch" || "$patch" == \#* ]] && continue
-      if grep -qE '^\+\+\+ .*(tests/plugin/|include/qemu/qemu-plugin.h)' "deb/debian/patches/$patch"; then
+      if grep -qE '^\+\+\+ .*(tests/plugin/|contrib/plugins/cache.c|include/qemu/qemu-plugin.h)' "deb/debian/patches/$patch"; then
         (cd "$SRCDIR" && patch -p1 -s < "$WORK/deb/debian/patches/$patch") || true
       fi
     done < deb/debian/patches/series
@@ -112,6 +115,10 @@ for src in "$SRCDIR"/tests/plugin/*.c; do
   # shellcheck disable=SC2086
   gcc -shared -fPIC -O2 -I"$SRCDIR/include/qemu" "$src" -o "$OUT.tmp/lib$name.so" $GLIB
 done
+# contrib/plugins/cache.c: per-core L1 I and D caches and (with l2=on, qemu >= 7.1) a unified L2,
+# LRU/FIFO/random eviction; it prints per-core totals and the top `limit` missing instructions.
+# shellcheck disable=SC2086
+gcc -shared -fPIC -O2 -I"$SRCDIR/include/qemu" "$SRCDIR/contrib/plugins/cache.c" -o "$OUT.tmp/libcache.so" $GLIB
 [[ -f "$OUT.tmp/libinsn.so" ]] || { echo "error: libinsn.so was not built" >&2; exit 1; }
 # Smoke test: the plugin loads into this qemu and counts something.
 printf 'int main(void){return 0;}\n' > t.c
@@ -119,6 +126,8 @@ if command -v aarch64-linux-gnu-gcc >/dev/null; then
   aarch64-linux-gnu-gcc -O1 t.c -o t
   qemu-aarch64 -L /usr/aarch64-linux-gnu -plugin "$OUT.tmp/libinsn.so",inline=on -d plugin -D log ./t
   grep -q 'insns: [1-9]' log || { echo "error: libinsn.so loaded but counted nothing: $(cat log)" >&2; exit 1; }
+  qemu-aarch64 -L /usr/aarch64-linux-gnu -plugin "$OUT.tmp/libcache.so",l2=on,limit=0 -d plugin -D clog ./t
+  grep -qE '^0 +[1-9][0-9]* ' clog || { echo "error: libcache.so loaded but reported no totals: $(cat clog)" >&2; exit 1; }
 fi
 # The guest clock shim: counts are deterministic only if the guest's code path is, and timing loops,
 # printed latencies and Python's start-up read the clock and random bytes. LD_PRELOADed into the guest

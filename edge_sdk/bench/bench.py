@@ -48,6 +48,7 @@ class BenchRow:
     repeats: int = 0
     instructions: float | None = None  # per inference, under --emulate
     counts: dict | None = None  # raw qemu counts per K
+    memory: dict | None = None  # under --emulate --memory: misses, DRAM bytes, modelled cycles (emulate.py)
     golden: dict | None = None
     package: str | None = None
     cached: bool | None = None
@@ -169,7 +170,7 @@ def _qemu_cpu(manifest: dict) -> str | None:
 
 
 def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup: int, repeat: int,
-              min_time_ms: float) -> np.ndarray:
+              min_time_ms: float, caches=None) -> np.ndarray:
     """Time (or count) one package; fills the row; returns its golden input (for the peers)."""
     from edge_sdk.package import open_package
     from edge_sdk.run import RunResult, golden_check, top_k
@@ -180,10 +181,12 @@ def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup:
         m = pkg.manifest
         lib, params, x = pkg.member("model.so"), pkg.member("params.bin"), pkg.golden_input
         if emulate_cpu:
-            from edge_sdk.bench.emulate import count_runner
+            from edge_sdk.bench.emulate import count_runner, memory_row
+            from edge_sdk.targets import get_target
 
-            c = count_runner(lib=lib, params=params, input=x, cpu=emulate_cpu)
-            row.instructions, row.counts, out = c.per_inference, c.counts, c.output
+            c = count_runner(lib=lib, params=params, input=x, cpu=emulate_cpu, caches=caches)
+            row.instructions, row.counts, out, row.manifest = c.per_inference, c.counts, c.output, m
+            row.memory = memory_row(c, target=get_target(m["target"]["name"]))
         else:
             res = run_compiled(lib=lib, params=params, input=x, arch=m["target"]["arch"],
                                emulate_cpu=_qemu_cpu(m), threads=row.threads,
@@ -280,13 +283,14 @@ def _int8_source(model, variant):
 
 
 def run_bench(model, *, variants: list[str], target: str = "host", threads: list[int] = (1,),
-              peers: bool = False, emulate: str | None = None, warmup: int = 3, repeat: int = 5,
+              peers: bool = False, emulate: str | None = None, memory: bool = False, warmup: int = 3, repeat: int = 5,
               min_time_ms: float = 1000.0, rounds: int = 3, seed: int = 0,
               progress: Callable[[str], None] | None = None) -> BenchResult:
     """Compile (or reuse), run and compare; every failure becomes a row status, never an exception.
 
     Timing is split into `rounds` passes over all rows (each min_time_ms / rounds long), so that
     a neighbour's load on a shared machine lands on every row alike, as in tools/bench_float.py.
+    `memory` (with emulate): the same qemu runs also simulate the device's caches (emulate.py).
     """
     from edge_sdk.bench import peers as peers_mod
     from edge_sdk.bench.sysinfo import system_info
@@ -294,6 +298,8 @@ def run_bench(model, *, variants: list[str], target: str = "host", threads: list
     from edge_sdk.variants import VARIANTS
 
     say = progress or (lambda _m: None)
+    if memory and not emulate:
+        raise UsageError("--memory simulates the device's caches under qemu: it needs --emulate (e.g. --emulate pi3)")
     if emulate:
         if target not in ("host", emulate):
             raise UsageError(f"--emulate {emulate} counts {emulate} builds; it cannot be combined with --target {target}")
@@ -305,6 +311,9 @@ def run_bench(model, *, variants: list[str], target: str = "host", threads: list
     if emulate and tgt.arch != "aarch64":
         raise UsageError(f"--emulate needs an aarch64 target, not '{target}' ({tgt.arch})")
     rounds = 1 if emulate else max(1, rounds)
+    from edge_sdk.bench import emulate as E
+
+    caches = E.caches_for(emulate_cpu) if memory else None
     slice_ms = min_time_ms / rounds
     rows: list[BenchRow] = []
     inputs: list[np.ndarray] = []
@@ -326,7 +335,8 @@ def run_bench(model, *, variants: list[str], target: str = "host", threads: list
             row = BenchRow("edge-sdk", name, v.family, t, package=str(pkg), cached=cached, detail=note)
             say(f"{name}: {'counting instructions' if emulate else 'timing'} with {t} thread(s)")
             try:
-                x = _run_ours(row, pkg, emulate_cpu=emulate_cpu, warmup=warmup, repeat=repeat, min_time_ms=slice_ms)
+                x = _run_ours(row, pkg, emulate_cpu=emulate_cpu, warmup=warmup, repeat=repeat, min_time_ms=slice_ms,
+                              caches=caches)
                 inputs += [x] if x.dtype == np.float32 else []
             except (EdgeError, RuntimeError, ValueError, OSError) as e:
                 row.status, row.detail = FAILED, _failure(e)
@@ -337,7 +347,9 @@ def run_bench(model, *, variants: list[str], target: str = "host", threads: list
         if inputs:
             npy = Path(tmp) / "input.npy"
             np.save(npy, inputs[0], allow_pickle=False)
-        if peers:
+        if peers and caches is not None:
+            rows += E.peer_rows_with_memory(peers_mod, caches, key, threads, tgt, emulate_cpu, npy, say=say)
+        elif peers:
             rows += peers_mod.peer_rows(key, threads, tgt, emulate_cpu, npy, warmup=warmup, repeat=repeat,
                                         min_time_ms=slice_ms, say=say)
         _more_rounds(rows, rounds, key=key, input_npy=npy, warmup=warmup, min_time_ms=slice_ms, say=say)
@@ -345,7 +357,8 @@ def run_bench(model, *, variants: list[str], target: str = "host", threads: list
     _ratios(rows)
     return BenchResult(model={"name": model.name, "source": model.source, "options": model.options, "peer_key": key},
                        target=tgt.name, mode="instructions" if emulate else "latency", emulate_cpu=emulate_cpu,
-                       options={"variants": list(variants), "threads": list(threads), "peers": peers, "warmup": warmup,
+                       options={"variants": list(variants), "threads": list(threads), "peers": peers,
+                                "memory": memory, "warmup": warmup,
                                 "repeat": repeat, "min_time_ms": min_time_ms, "rounds": rounds, "seed": seed},
                        system=system_info(), rows=rows)
 
@@ -362,6 +375,8 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--peers", action="store_true", help="also time LiteRT, ONNX Runtime and LCE (tools/setup_peers.sh)")
     p.add_argument("--emulate", metavar="TARGET", help="count aarch64 instructions per inference under qemu "
                    "(e.g. pi3) instead of timing (tools/build_qemu_plugins.sh)")
+    p.add_argument("--memory", action="store_true", help="with --emulate: also simulate the device's caches (qemu "
+                   "cache.c): L1D/L2 misses, DRAM bytes, modelled A53 cycles and a roofline verdict per row (slower)")
     p.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default 3)")
     p.add_argument("--repeat", type=int, default=5, help="at least this many timed runs (default 5)")
     p.add_argument("--min-time-ms", type=float, default=1000.0, help="time each row at least this long (default 1000)")
@@ -387,8 +402,8 @@ def drive_bench(args) -> int:
         raise UsageError("--db and --no-store contradict each other")
     if bool(args.device) != bool(args.fleet):
         raise UsageError("--device and --fleet go together: name a device of a fleet file")
-    if args.device and (args.peers or args.emulate or args.target != "host"):
-        raise UsageError("--device runs on the device's own target: drop --peers, --emulate and --target")
+    if args.device and (args.peers or args.emulate or args.memory or args.target != "host"):
+        raise UsageError("--device runs on the device's own target: drop --peers, --emulate, --memory and --target")
     console = _console()
     t0 = time.perf_counter()
     with console.status(f"loading {args.model}") as status:
@@ -405,7 +420,7 @@ def drive_bench(args) -> int:
                                       known_hosts=args.known_hosts, progress=progress)
         else:
             result = run_bench(model, variants=variants, target=args.target, threads=threads, peers=args.peers,
-                               emulate=args.emulate, warmup=args.warmup, repeat=args.repeat,
+                               emulate=args.emulate, memory=args.memory, warmup=args.warmup, repeat=args.repeat,
                                min_time_ms=args.min_time_ms, rounds=args.rounds, seed=args.seed, progress=progress)
     result.options["seconds"] = round(time.perf_counter() - t0, 1)
     result.store = {"written": 0, "note": "--no-store"} if args.no_store else record(result, db=args.db)

@@ -20,12 +20,24 @@ The guest sees a Raspberry Pi 3 /proc/cpuinfo through the -L prefix: LiteRT cras
 x86 cpuinfo, and with the Pi's, XNNPACK and ruy pick their A53 kernels (which run 1.2-1.6x more
 instructions than the generic ones; instructions are not cycles).
 
-Tools: tools/build_qemu_plugins.sh builds libinsn.so and the shim; `--guest-python` also unpacks
+Memory (`--memory`): the same runs also load QEMU's contrib/plugins/cache.c (libcache.so) set up as a
+Pi 3B's caches (CacheConfig); rows gain L1D and L2 misses per inference (same K=3 minus K=1, halved),
+DRAM bytes (L2 misses x 64 B line fills) and modelled A53 cycles (A53Model). What qemu 7.2's cache.c
+is (read in its source): per-core L1 I, L1 D and unified L2, 64 B lines, virtual addresses in user
+mode; each guest memory access looks up its first byte (translate-a64.c makes a 128-bit ldr/ld1
+register two 64-bit accesses); stores allocate like loads; no prefetcher, no dirty bits (dirty
+write-backs are not counted); one L1 I lookup per executed instruction, L1 I misses go to the L2
+too. Eviction LRU: the A53 TRM says pseudo-random for its L1 D, but the plugin's `rand` is seeded
+from /dev/urandom; LRU is deterministic, and the same guest run gives the same misses
+(tests/test_emulate_memory.py). It is slower: the plugin calls back on every instruction and access.
+
+Tools: tools/build_qemu_plugins.sh builds libinsn.so, libcache.so and the shim; `--guest-python` also unpacks
 an aarch64 CPython 3.11 from Debian arm64 packages with the aarch64 numpy + ai-edge-litert wheels
 ($EDGE_SDK_CACHE/qemu-guest), which LiteRT runs in.
 """
 from __future__ import annotations
 
+import contextvars
 import fcntl
 import json
 import os
@@ -33,12 +45,12 @@ import re
 import shutil
 import subprocess
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from edge_sdk.errors import MissingDependency, RuntimeFailure
+from edge_sdk.errors import MissingDependency, RuntimeFailure, UsageError
 from edge_sdk.runtime.bundle import cache_root, ensure_bundle
 
 SYSROOT = Path("/usr/aarch64-linux-gnu")
@@ -53,28 +65,83 @@ PI3_CPUINFO = ("".join(_PI3_CORE.format(i=i) for i in range(4)) + "Hardware\t: B
 CPUINFO = {"cortex-a53": PI3_CPUINFO}
 
 
+@dataclass(frozen=True)
+class CacheConfig:
+    """The caches libcache.so simulates. Defaults: a Raspberry Pi 3B's Cortex-A53 (BCM2837): L1 I 32 KB
+    2-way, L1 D 32 KB 4-way, 64 B lines (A53 TRM, ARM DDI 0500, 2.1.6/6.1), and the cluster's
+    512 KB 16-way L2 (DESIGN.md; TRM 7.1), all of it to the one thread we count."""
+
+    l1d_bytes: int = 32 * 1024
+    l1d_ways: int = 4
+    l1i_bytes: int = 32 * 1024
+    l1i_ways: int = 2
+    l2_bytes: int = 512 * 1024
+    l2_ways: int = 16
+    line: int = 64
+    evict: str = "lru"  # lru | fifo (rand is not deterministic in qemu 7.2's plugin)
+
+    def plugin_args(self) -> str:
+        return (f"dcachesize={self.l1d_bytes},dassoc={self.l1d_ways},dblksize={self.line},"
+                f"icachesize={self.l1i_bytes},iassoc={self.l1i_ways},iblksize={self.line},"
+                f"l2cachesize={self.l2_bytes},l2assoc={self.l2_ways},l2blksize={self.line},"
+                f"evict={self.evict},limit=0")
+
+
+CACHES = {"cortex-a53": CacheConfig()}
+
+
+def caches_for(cpu: str) -> CacheConfig:
+    if cpu not in CACHES:
+        raise UsageError(f"--memory: no cache configuration for qemu cpu '{cpu}' (known: {', '.join(CACHES)})")
+    return CACHES[cpu]
+CACHE_KEYS = ("l1d_accesses", "l1d_misses", "l1i_accesses", "l1i_misses", "l2_accesses", "l2_misses")
+
+
 @dataclass
 class Count:
-    """Instructions per inference, and the raw counts it came from."""
+    """Instructions (and, with memory, cache counters) per inference, and the raw counts they came from."""
 
     per_inference: float
     counts: dict[int, int]  # K -> instructions of the whole process
     output: np.ndarray | None = None  # our runner's output at K=1 (for the golden check)
+    memory: dict | None = None  # per inference: CACHE_KEYS, dram_bytes; raw: {K: {key: count}}; config
 
     def to_json(self) -> dict:
         return {"per_inference": self.per_inference, "counts": {str(k): v for k, v in self.counts.items()},
-                "method": f"(count(K={K_HIGH}) - count(K={K_LOW})) / {K_HIGH - K_LOW}, qemu libinsn, deterministic"}
+                "method": f"(count(K={K_HIGH}) - count(K={K_LOW})) / {K_HIGH - K_LOW}, qemu libinsn, deterministic",
+                "memory": self.memory}
 
 
-def plugin_dir() -> Path:
-    """The newest built plugin directory (libinsn.so + the clock shim)."""
+def plugin_dir(*, memory: bool = False) -> Path:
+    """The newest built plugin directory (libinsn.so + the clock shim; + libcache.so for memory)."""
     dirs = sorted((p.parent for p in (cache_root() / "qemu-plugins").glob("*/.built")),
                   key=lambda p: p.stat().st_mtime, reverse=True)
+    need = ("libinsn.so", "libfakeclock-aarch64.so") + (("libcache.so",) if memory else ())
     for d in dirs:
-        if (d / "libinsn.so").is_file() and (d / "libfakeclock-aarch64.so").is_file():
+        if all((d / n).is_file() for n in need):
             return d
-    raise MissingDependency("counting instructions needs QEMU's libinsn.so plugin, which is not built",
+    what = "QEMU's libcache.so plugin (contrib/plugins/cache.c)" if memory and any(
+        (d / "libinsn.so").is_file() for d in dirs) else "QEMU's libinsn.so plugin"
+    raise MissingDependency(f"counting {'cache misses' if memory else 'instructions'} needs {what}, which is not built",
                             hint="bash tools/build_qemu_plugins.sh")
+
+
+def parse_cache_log(text: str) -> dict[str, int]:
+    """cache.c's totals from its log: the header line, then one line per core ("0  <numbers>").
+
+    In user mode there is one core (no "sum" line); rates are printed with a '%' and skipped.
+    """
+    lines = text.splitlines()
+    head = next((i for i, ln in enumerate(lines) if ln.startswith("core #, data accesses")), None)
+    if head is None or "l2 misses" not in lines[head]:
+        raise RuntimeFailure("qemu's cache plugin reported no totals with an L2 (is libcache.so from qemu >= 7.1?)")
+    rows = [ln.split() for ln in lines[head + 1:] if ln.strip() and ln.split()[0].isdigit()]
+    if not rows:
+        raise RuntimeFailure("qemu's cache plugin printed a header but no per-core line")
+    nums = [[int(x) for x in r[1:] if not x.endswith("%")] for r in rows]
+    if any(len(n) != len(CACHE_KEYS) for n in nums):
+        raise RuntimeFailure(f"qemu's cache plugin line not understood: {rows[0]!r}")
+    return {k: sum(n[i] for n in nums) for i, k in enumerate(CACHE_KEYS)}
 
 
 def guest_python_dir() -> Path:
@@ -138,16 +205,22 @@ def _qemu() -> str:
 
 
 def count_once(argv: list[str], *, prefix: Path, cpu: str, work: Path, guest_env: dict[str, str],
-               timeout_s: float = 1800) -> int:
-    """Instructions the whole guest process executes (deterministic), running argv in `work`."""
-    plugins = plugin_dir()
+               timeout_s: float = 1800, caches: CacheConfig | None = None) -> int | tuple[int, dict[str, int]]:
+    """Instructions the whole guest process executes (deterministic), running argv in `work`.
+
+    With `caches`, the same run also loads libcache.so and returns (instructions, cache totals).
+    """
+    plugins = plugin_dir(memory=caches is not None)
     log = work / "insn.log"
     log.unlink(missing_ok=True)
     env_args = []
     for k, v in sorted({"LD_PRELOAD": str(plugins / "libfakeclock-aarch64.so"), **guest_env}.items()):
         env_args += ["-E", f"{k}={v}"]
     cmd = [_qemu(), "-cpu", cpu, "-L", str(prefix), *env_args,
-           "-plugin", f"{plugins / 'libinsn.so'},inline=on", "-d", "plugin", "-D", str(log), *argv]
+           "-plugin", f"{plugins / 'libinsn.so'},inline=on", "-d", "plugin", "-D", str(log)]
+    if caches is not None:
+        cmd[-4:-4] = ["-plugin", f"{plugins / 'libcache.so'},{caches.plugin_args()}"]
+    cmd += argv
     if shutil.which("setarch"):
         cmd = ["setarch", os.uname().machine, "-R", *cmd]
     host_env = {"PATH": "/usr/bin:/bin", "LANG": "C"}
@@ -160,52 +233,169 @@ def count_once(argv: list[str], *, prefix: Path, cpu: str, work: Path, guest_env
         tail = (work / "stderr.txt").read_text(errors="replace")[-3000:]
         raise RuntimeFailure(f"{Path(argv[0]).name} under qemu-aarch64 -cpu {cpu} failed with exit code "
                              f"{proc.returncode}:\n{tail}")
-    m = re.search(r"insns: (\d+)", log.read_text(errors="replace") if log.is_file() else "")
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    m = re.search(r"insns: (\d+)", text)
     if not m:
         raise RuntimeFailure(f"qemu's libinsn plugin reported no count (log {log})")
-    return int(m.group(1))
+    return int(m.group(1)) if caches is None else (int(m.group(1)), parse_cache_log(text))
+
+
+_SESSION: contextvars.ContextVar[dict | None] = contextvars.ContextVar("edge_sdk_emulate_memory", default=None)
+
+
+@contextmanager
+def memory_session(caches: CacheConfig | None):
+    """Within it, count_runner/count_litert also count cache misses (with `caches`, when they are not
+    told otherwise), and every such Count is kept by the file it ran ({str(path): Count}), so a
+    caller that only sees the instruction count (bench/peers.py) can still find the misses."""
+    token = _SESSION.set({"caches": caches, "seen": {}})
+    try:
+        yield _SESSION.get()["seen"]
+    finally:
+        _SESSION.reset(token)
+
+
+def _session_caches(caches: CacheConfig | None) -> CacheConfig | None:
+    return caches if caches is not None or _SESSION.get() is None else _SESSION.get()["caches"]
+
+
+def _remember(path: Path, count: Count) -> None:
+    if _SESSION.get() is not None and count.memory is not None:
+        _SESSION.get()["seen"][str(path)] = count
+
+
+def _run_counts(argv_for, *, ks, prefix, cpu, work, guest_env, caches, after=None) -> tuple[dict, dict]:
+    counts, raw = {}, {}
+    for k in ks:
+        got = count_once(argv_for(k), prefix=prefix, cpu=cpu, work=work, guest_env=guest_env, caches=caches)
+        counts[k], raw[k] = (got, None) if caches is None else got
+        if after:
+            after(k)
+    return counts, raw
 
 
 def count_runner(*, lib: Path, params: Path, input: np.ndarray, cpu: str = "cortex-a53",  # noqa: A002
-                 ks: tuple[int, ...] = (K_LOW, K_HIGH)) -> Count:
-    """Our aarch64 runner (1 thread): K timed calls after the first, per K in ks."""
+                 ks: tuple[int, ...] = (K_LOW, K_HIGH), caches: CacheConfig | None = None) -> Count:
+    """Our aarch64 runner (1 thread): K timed calls after the first, per K in ks (+ cache misses with caches)."""
     bundle = ensure_bundle("aarch64")
     prefix = runner_prefix(cpu)
-    counts, output = {}, None
+    caches = _session_caches(caches)
+    output = []
     with _workdir() as work:
         shutil.copy2(lib, work / "model.so")
         shutil.copy2(params, work / "params.bin")
         np.save(work / "input.npy", np.ascontiguousarray(input), allow_pickle=False)
-        for k in ks:
-            argv = [str(bundle / "bin/edge-runner"), "--lib", "./model.so", "--params", "./params.bin",
+
+        def argv(k):
+            return [str(bundle / "bin/edge-runner"), "--lib", "./model.so", "--params", "./params.bin",
                     "--input", "./input.npy", "--output", "./output.npy", "--warmup", "0", "--repeat", str(k),
                     "--min-time-ms", "0", "--threads", "1"]
-            counts[k] = count_once(argv, prefix=prefix, cpu=cpu, work=work, guest_env={"TVM_NUM_THREADS": "1"})
-            if output is None:
-                output = np.load(work / "output.npy", allow_pickle=False)
-    return Count(_per_inference(counts), counts, output)
+
+        def keep_output(_k):
+            if not output:
+                output.append(np.load(work / "output.npy", allow_pickle=False))
+
+        counts, raw = _run_counts(argv, ks=ks, prefix=prefix, cpu=cpu, work=work, caches=caches,
+                                  guest_env={"TVM_NUM_THREADS": "1"}, after=keep_output)
+    c = Count(_per_inference(counts), counts, output[0], _memory(raw, caches))
+    _remember(lib, c)
+    return c
 
 
-def count_litert(model: Path, *, cpu: str = "cortex-a53", ks: tuple[int, ...] = (K_LOW, K_HIGH)) -> Count:
+def count_litert(model: Path, *, cpu: str = "cortex-a53", ks: tuple[int, ...] = (K_LOW, K_HIGH),
+                 caches: CacheConfig | None = None) -> Count:
     """LiteRT's aarch64 wheel (XNNPACK, 1 thread) in the guest Python: K invokes per K in ks."""
     guest = guest_python_dir()
     _write_cpuinfo(guest, cpu)
-    counts = {}
+    caches = _session_caches(caches)
     with _workdir() as work:
         shutil.copy2(model, work / "model.tflite")
         shutil.copy2(TIME_ENGINE, work / "time_engine.py")
-        for k in ks:
-            argv = [str(guest / "usr/bin/python3.11"), "time_engine.py", "--engine", "litert",
+
+        def argv(k):
+            return [str(guest / "usr/bin/python3.11"), "time_engine.py", "--engine", "litert",
                     "--model", "model.tflite", "--threads", "1", "--count", str(k)]
-            counts[k] = count_once(argv, prefix=guest, cpu=cpu, work=work, guest_env={
-                "PYTHONPATH": str(guest / "site"), "PYTHONHASHSEED": "0", "PYTHONSAFEPATH": "1",
-                "PYTHONDONTWRITEBYTECODE": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
-            json.loads((work / "stdout.txt").read_text().strip().splitlines()[-1])  # it did run K inferences
-    return Count(_per_inference(counts), counts)
+
+        def check(_k):  # it did run K inferences
+            json.loads((work / "stdout.txt").read_text().strip().splitlines()[-1])
+
+        counts, raw = _run_counts(argv, ks=ks, prefix=guest, cpu=cpu, work=work, caches=caches, after=check, guest_env={
+            "PYTHONPATH": str(guest / "site"), "PYTHONHASHSEED": "0", "PYTHONSAFEPATH": "1",
+            "PYTHONDONTWRITEBYTECODE": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+    c = Count(_per_inference(counts), counts, memory=_memory(raw, caches))
+    _remember(model, c)
+    return c
 
 
 def _per_inference(counts: dict[int, int]) -> float:
     if K_LOW not in counts or K_HIGH not in counts:
         return float("nan")
     return (counts[K_HIGH] - counts[K_LOW]) / (K_HIGH - K_LOW)
+
+
+def _memory(raw: dict[int, dict | None], caches: CacheConfig | None) -> dict | None:
+    """Per-inference cache counters (same K=3 minus K=1, halved, as instructions), DRAM bytes, raw counts."""
+    if caches is None:
+        return None
+    per = {key: _per_inference({k: r[key] for k, r in raw.items()}) for key in CACHE_KEYS}
+    per["dram_bytes"] = per["l2_misses"] * caches.line
+    return {**per, "raw": {str(k): r for k, r in raw.items()}, "caches": asdict(caches),
+            "note": "misses per inference: (K=3 - K=1) / 2 under qemu's cache.c; DRAM bytes = L2 misses x line "
+                    "(line fills only: dirty write-backs and prefetches are not modelled)"}
+
+
+# ------------------------------------------------------------------ the A53 cycle model
+@dataclass(frozen=True)
+class A53Model:
+    """A stated model of a Pi 3B's A53 core, not a measurement: every L2 access and miss stalls in full.
+
+        cycles = instructions / ipc  +  L2 hits x l2_hit_cycles  +  L2 misses x dram_cycles
+
+    - ipc 1.0: our assumption, half the A53's dual-issue in-order peak (TRM DDI 0500, 1.1); not a
+      published figure. Ratios between variants hold as long as their instruction mixes are alike.
+    - l2_hit_cycles 13, dram_cycles 124: the A53's L1 and L2 miss penalties as given in Hennessy &
+      Patterson, Computer Architecture: A Quantitative Approach, 6th ed., 2.6 (an A53 at ~1.3 GHz,
+      not a Pi 3B measurement; its LPDDR2 behind the VideoCore is, if anything, slower).
+    No overlap of misses with work (the A53 has a prefetcher and non-blocking linefills: this
+    overstates streaming traffic's cost), and no branch, TLB or dual-issue pairing effects.
+    Roofline verdict: the memory roof's time for the DRAM bytes at the target's mem_gbps against
+    instructions / ipc at its clock: "memory" when the DRAM bytes take longer.
+    """
+
+    ipc: float = 1.0
+    l2_hit_cycles: float = 13.0
+    dram_cycles: float = 124.0
+
+    def cycles(self, *, instructions: float, memory: dict, clock_ghz: float, mem_gbps: float) -> dict:
+        compute = instructions / self.ipc
+        l2_hits = max(0.0, memory["l2_accesses"] - memory["l2_misses"])
+        l2_stall, dram_stall = l2_hits * self.l2_hit_cycles, memory["l2_misses"] * self.dram_cycles
+        total = compute + l2_stall + dram_stall
+        bw_cycles = memory["dram_bytes"] / (mem_gbps / clock_ghz)  # bytes / (bytes per cycle)
+        return {"cycles": total, "compute_cycles": compute, "l2_stall_cycles": l2_stall,
+                "dram_stall_cycles": dram_stall, "memory_share": (l2_stall + dram_stall) / total if total else 0.0,
+                "dram_bw_cycles": bw_cycles, "bound": "memory" if bw_cycles > compute else "compute",
+                "ms_at_clock": total / (clock_ghz * 1e6), "model": asdict(self) | {"clock_ghz": clock_ghz,
+                                                                                    "mem_gbps": mem_gbps}}
+
+
+A53 = A53Model()
+
+
+def memory_row(count: Count, *, target) -> dict | None:
+    """A bench row's memory figures: per-inference counters, DRAM bytes, and A53Model's terms at the target."""
+    if count.memory is None:
+        return None
+    return count.memory | A53.cycles(instructions=count.per_inference, memory=count.memory,
+                                     clock_ghz=target.clock_ghz, mem_gbps=target.mem_gbps)
+
+
+def peer_rows_with_memory(peers_mod, caches: CacheConfig, key, threads, tgt, emulate_cpu, npy, *, say) -> list:
+    """bench/peers.py's counted rows, with the cache misses its count_litert calls also measured."""
+    with memory_session(caches) as seen:
+        rows = peers_mod.peer_rows(key, threads, tgt, emulate_cpu, npy, warmup=0, repeat=1, min_time_ms=0, say=say)
+    for r in rows:
+        c = seen.get(str(r.package)) if r.package else None
+        r.memory = memory_row(c, target=tgt) if c is not None and r.status == "ok" else None
+    return rows
