@@ -29,6 +29,7 @@ import os
 import posixpath
 import signal
 import tempfile
+import time
 import uuid
 import weakref
 from collections.abc import Callable
@@ -99,7 +100,8 @@ def make_device_runner(*, device: str, fleet: Path, target: Target | str | None 
     Each candidate's run_secs has `repeat` entries, seconds per call averaged over `number` calls
     (more when a repeat would take under min_repeat_ms), after `warmup` untimed calls. `threads`
     (default: the target's cores) is the device runtime's thread pool size. `timeout_s` bounds one
-    candidate on the device; `connect_timeout_s` bounds reaching it. `target` (default: the
+    candidate's edge-runner on the device (load, warm-up and every repeat; the device kills it
+    then); `connect_timeout_s` bounds reaching the device. `target` (default: the
     device's target in the fleet file) must match the device's architecture."""
     devices = load_fleet(fleet).select(device=device)
     dev = devices[0]
@@ -201,15 +203,17 @@ class _Session:
                 "--min-repeat-ms", repr(o.min_repeat_ms), "--threads", str(o.threads)]
         try:
             conn.put(artifact, remote)
+            t0 = time.monotonic()
             r = conn.run(["sh", "-c", _RUN_SH, "sh", f"{o.timeout_s:g}", remote, *argv], check=False,
                          timeout=o.timeout_s + 15)
+            took = time.monotonic() - t0
         except OSError as e:  # the local artifact is gone or unreadable
             return None, f"device {self.device}: {label}: cannot read the artifact: {e}"
         except EdgeError as e:
             self.runner = None  # the session may be broken: check it again before the next candidate
             return None, f"{e} [{label}]"
         if r.exit_code != 0:
-            return None, f"device {self.device}: {label} {_failure(r.exit_code, o.timeout_s)}" + (
+            return None, f"device {self.device}: {label} {_failure(r.exit_code, o.timeout_s, took)}" + (
                 f": {r.stderr.strip()[-800:]}" if r.stderr.strip() else "")
         try:
             secs = [float(s) for s in json.loads(r.stdout.strip().splitlines()[-1])["run_secs"]]
@@ -234,9 +238,13 @@ class _Session:
         self.conn, self.runner = None, None
 
 
-def _failure(code: int, timeout_s: float) -> str:
-    if code in (124, 137):  # timeout(1): 124 after SIGTERM, 128+9 after the -k SIGKILL
+def _failure(code: int, timeout_s: float, took: float) -> str:
+    # timeout(1) exits 124 after its SIGTERM, 137 (128 + SIGKILL) after -k; a SIGKILL well before
+    # the time limit came from elsewhere, most likely the kernel's out-of-memory killer
+    if code == 124 or (code == 137 and took >= timeout_s):
         return f"timed out after {timeout_s:g} s on the device (killed)"
+    if code == 137:
+        return f"was killed on the device after {took:.1f} s (SIGKILL: out of memory?)"
     if code > 128:
         try:
             name = signal.Signals(code - 128).name
