@@ -69,6 +69,10 @@ def add_compile_parser(sub) -> None:
     p.add_argument("-o", "--output", type=Path, required=True, help="the .edgepkg file to write")
     p.add_argument("--calibrate", type=Path, metavar="DIR", help="int8 of a float model: calibrate activation "
                    "ranges on the images in DIR (default: seeded random frames, with a warning)")
+    p.add_argument("--no-tuning", action="store_true", help="use our hand schedules only, ignoring tuning records")
+    p.add_argument("--tuning-records", type=Path, action="append", default=[], metavar="DIR",
+                   help="also apply the tuning records under DIR/<target>/ (searched before the user's "
+                   "~/.local/share/edge-sdk/tuning and the shipped ones; float32 only; repeatable)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(drive=drive_compile)
 
@@ -83,6 +87,9 @@ def drive_compile(args) -> int:
         raise UsageError(f"{args.output}: the output file must end in .edgepkg")
     if args.calibrate is not None and (variant.family != "int8" or not args.calibrate.is_dir()):
         raise UsageError(f"--calibrate {args.calibrate}: needs --variant int8 and a folder of images")
+    for d in args.tuning_records:
+        if args.no_tuning or variant.family != "float" or not d.is_dir():
+            raise UsageError(f"--tuning-records {d}: needs an existing folder, --variant float32 and no --no-tuning")
     target.compiler()  # a missing cross compiler fails before the model is built
     console = _console()
     with console.status(f"loading {args.model}") as status:
@@ -95,7 +102,7 @@ def drive_compile(args) -> int:
             console.print(f"  [dim]{model.name} -> {target.name}:[/] {msg}", highlight=False)
 
         result = compile_model(model, variant=variant, target=target, out=args.output, progress=progress,
-                               seed=args.seed)
+                               seed=args.seed, use_tuning=not args.no_tuning, tuning_roots=args.tuning_records)
     if args.json:
         _print_json({"package": str(result.package), "seconds": result.seconds,
                      "size_bytes": result.package.stat().st_size})
@@ -230,9 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     from edge_sdk.demo import add_demo_parser
     from edge_sdk.fleet.cli import add_deploy_parser, add_fleet_parser
     from edge_sdk.results import add_results_parser
+    from edge_sdk.tune.cli import add_tune_parser
 
     for add in (add_bench_parser, add_deploy_parser, add_fleet_parser, add_demo_parser, add_results_parser,
-                add_dashboard_parser):
+                add_dashboard_parser, add_tune_parser):
         add(sub)
     return parser
 

@@ -59,6 +59,7 @@ class Lowered:
     rtol: float = GOLDEN_RTOL  # how close a run must come to golden_output (0, 0 for bit-exact integer paths)
     atol: float = GOLDEN_ATOL
     layers: list[dict] | None = None  # the layer table of what was built, when it differs from the float graph's
+    tuning: dict | None = None  # the manifest's "tuning": which kernels run a tuned schedule, from which records
 
 
 def reference_output(model: Model, x: np.ndarray) -> tuple[np.ndarray, str]:
@@ -76,17 +77,33 @@ def reference_output(model: Model, x: np.ndarray) -> tuple[np.ndarray, str]:
         raise ModelError(f"{model.source}: {e}") from e
 
 
-def lower_float(model: Model, variant: Variant, target: Target, *, progress, seed: int) -> Lowered:
+def lower_float(model: Model, variant: Variant, target: Target, *, progress, seed: int,
+                tuning=None) -> Lowered:
+    """`tuning`: a tuning.store.RecordSet (None: our schedules only)."""
     from edge_sdk.compiler.lower import compile_relax
 
     x = model.example_input(seed=seed)
     golden, ref = reference_output(model, x)
     progress(f"golden output from {ref}; lowering and building for {target.name}")
     sites: list = []
-    ex, params = compile_relax(model.mod, target, progress=progress, kernel_sites=sites)
+    tuned: list = []
+    ex, params = compile_relax(model.mod, target, progress=progress, kernel_sites=sites, tuning=tuning,
+                               tuned=tuned)
     from edge_sdk.compiler.kernel_map import assign_kernels
 
-    return Lowered(ex, params, x, golden, ref, layers=assign_kernels(layer_table(model.mod), sites))
+    info = {"enabled": tuning is not None, "roots": [str(r) for r in tuning.roots] if tuning else [],
+            "records_read": len(tuning) if tuning else 0, "kernels": tuned}
+    return Lowered(ex, params, x, golden, ref, layers=assign_kernels(layer_table(model.mod), sites), tuning=info)
+
+
+def tuning_records(target: Target, *, use: bool = True, extra: list[Path] = ()):
+    """The RecordSet compile applies: `extra` roots first, then the user's and the shipped records;
+    None when `use` is False (compile --no-tuning)."""
+    if not use:
+        return None
+    from edge_sdk.tuning.store import RecordSet, default_roots
+
+    return RecordSet([*extra, *default_roots()], target)
 
 
 # Each variant family: a function (model, variant, target, *, progress, seed) -> Lowered.
@@ -106,7 +123,10 @@ def _backend(family: str):
 
 
 def compile_model(model: Model, *, variant: Variant, target: Target, out: Path,
-                  progress: Callable[[str], None] | None = None, seed: int = 0) -> CompileResult:
+                  progress: Callable[[str], None] | None = None, seed: int = 0,
+                  use_tuning: bool = True, tuning_roots: list[Path] = ()) -> CompileResult:
+    """Build one package. Float kernels take tuned schedules from matching tuning records unless
+    `use_tuning` is False; `tuning_roots` are searched before the user's and the shipped records."""
     say = progress or (lambda _msg: None)
     fcompile = target.compiler()  # fails early, naming the Debian package, if the cross compiler is missing
     if model.options.get("format") == "lce" and variant.family != "bitserial":
@@ -119,7 +139,9 @@ def compile_model(model: Model, *, variant: Variant, target: Target, out: Path,
     layers = layer_table(model.mod) if model.mod is not None else []
     t0 = time.perf_counter()
     say(f"reference run and build for {target.name}")
-    low = _backend(variant.family)(model, variant, target, progress=say, seed=seed)
+    extra = {"tuning": tuning_records(target, use=use_tuning, extra=list(tuning_roots))} \
+        if variant.family == "float" else {}
+    low = _backend(variant.family)(model, variant, target, progress=say, seed=seed, **extra)
     ex, params, x, golden = low.executable, low.params, low.golden_input, low.golden_output
     layers = low.layers if low.layers is not None else layers
     seconds["build"] = time.perf_counter() - t0
@@ -157,6 +179,7 @@ def compile_model(model: Model, *, variant: Variant, target: Target, out: Path,
             "totals": {"flops": int(sum(r["flops"] for r in layers)),
                        "bytes": int(sum(r["bytes_read"] + r["bytes_written"] for r in layers))},
             "golden": {"reference": low.reference, "seed": seed, "rtol": low.rtol, "atol": low.atol},
+            "tuning": low.tuning,
             "variant_info": {"family": variant.family, "weight_bits": variant.weight_bits,
                              "activation_bits": variant.activation_bits, **(low.extra or {})},
         }

@@ -68,6 +68,29 @@ def rewrite_kernels(mod: tvm.IRModule, target: tvm.target.Target, *,
     return mod, dict(rewriter.counts)
 
 
+def apply_tuning(mod: tvm.IRModule, records) -> tuple[tvm.IRModule, list[dict]]:
+    """Swap in tuned schedules where a record matches; drop every kernel's workload attribute.
+
+    `records`: an edge_sdk.tuning.store.RecordSet, or None (no tuning). A kernel keeps our schedule
+    unless a record for its exact workload and target says the tuned schedule won. Returns the
+    module and, per replaced kernel, {"kernel": name, "record", "ours_ms", "tuned_ms", "trials"}."""
+    from edge_sdk.compiler.ops.common import WORKLOAD_ATTR, mark_scheduled
+
+    applied = []
+    out = tvm.IRModule({gv: f for gv, f in mod.functions_items()}, attrs=mod.attrs)
+    for gv, func in mod.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs is None or WORKLOAD_ATTR not in func.attrs:
+            continue
+        workload = func.attrs[WORKLOAD_ATTR]
+        rec = records.lookup(workload) if records is not None else None
+        if rec is not None and rec.tuned:
+            out[gv] = mark_scheduled(records.scheduled(workload, rec), gv.name_hint)
+            applied.append({"kernel": gv.name_hint, **rec.summary()})
+        else:
+            out[gv] = func.without_attr(WORKLOAD_ATTR)
+    return out, applied
+
+
 @mutator
 class _ConstLifter(PyExprMutator):
     """Replace each tensor constant in a function by a fresh parameter, in visiting (call) order."""
@@ -111,14 +134,17 @@ def unscheduled_heavy_ops(mod: tvm.IRModule) -> list[str]:
     return found
 
 
-def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: list | None = None):
+def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: list | None = None,
+                  tuning=None, tuned: list | None = None):
     """Compile a float Relax model with our kernels.
 
     mod: "main" takes one NHWC float32 input, weights bound as constants. target: an
     edge_sdk.targets.Target. Returns (executable, params) where the executable's "main" takes
     (input, p0000, p0001, ...) and params maps those names to numpy arrays. `kernel_sites`, when
     given, receives the PrimFunc calls of "main" in call order (compiler/kernel_map.py: call_sites),
-    for the manifest's per-layer "kernels".
+    for the manifest's per-layer "kernels". `tuning`: a tuning.store.RecordSet whose matching
+    records replace our schedules (None: ours everywhere); `tuned`, when given, receives one entry
+    per kernel that runs a tuned schedule (apply_tuning).
     """
     say = progress or (lambda _msg: None)
     tvm_target = target.tvm_target()
@@ -131,6 +157,11 @@ def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: lis
             emitted: list = []
             mod, counts = rewrite_kernels(mod, tvm_target, emitted=emitted)
             left = unscheduled_heavy_ops(mod)
+            mod, applied = apply_tuning(mod, tuning)
+            if tuned is not None:
+                tuned.extend(applied)
+            if tuning is not None:
+                say(f"tuning records: {len(applied)} kernel(s) use a tuned schedule ({len(tuning)} record(s) read)")
             say("scheduled kernels: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))
                 + (f"; left to default loops: {', '.join(sorted(set(left)))}" if left else ""))
             mod = tvm.transform.Sequential([

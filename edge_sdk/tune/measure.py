@@ -1,0 +1,148 @@
+"""Builders and runners for `edge-sdk tune`, and the fair ours-vs-tuned measurement.
+
+Host: candidates are built in this process (tvm.compile + export, ~0.5 s each) instead of by
+MetaSchedule's LocalBuilder, which starts a fresh process pool per batch (one TVM import per
+worker): measured here, 8 candidates of a small depthwise conv took 63 s to build that way, 4 s in
+process. They are timed by MetaSchedule's LocalRunner (a separate process, with a timeout, so a
+slow or crashing candidate cannot take the tuner down).
+Device: the same in-process build with the device's f_export (cross-linked .so), timed on the
+device by device_runner.make_device_runner.
+
+"Ours" and the best tuned schedule are then timed by the same runner, interleaved (ours, tuned,
+ours, tuned, ...), and compared by the median: on a machine shared with other work, a single
+timing of each would mostly measure the neighbours.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
+
+from edge_sdk.errors import RuntimeFailure, UsageError
+
+
+def cpu_tensor_intrinsics() -> None:
+    """Register only the CPU tensor intrinsics before MetaSchedule imports tvm.s_tir.tensor_intrin.
+
+    That package's __init__ also parses the CUDA, ROCm and Hexagon intrinsics (hundreds of TVMScript
+    functions): measured here 100-150 s of a tune's start, spent in inspect.stack(). LLVM targets'
+    schedule rules use x86 and arm_cpu intrinsics only (~1 s and ~6 s). The package module goes into
+    sys.modules unexecuted, so later `import tvm.s_tir.tensor_intrin` finds it and skips the rest.
+    """
+    import importlib
+    import importlib.util
+    import sys
+
+    import tvm.s_tir
+
+    name = "tvm.s_tir.tensor_intrin"
+    if name in sys.modules:
+        return
+    spec = importlib.util.find_spec(name)
+    pkg = importlib.util.module_from_spec(spec)
+    sys.modules[name] = pkg
+    tvm.s_tir.tensor_intrin = pkg
+    for sub in ("x86", "arm_cpu"):
+        importlib.import_module(f"{name}.{sub}")
+
+
+def _host_export(mod) -> str:
+    path = os.path.join(tempfile.mkdtemp(prefix="edge-tune-"), "candidate.so")
+    mod.export_library(path)
+    return path
+
+
+@derived_object
+class InProcessBuilder(PyBuilder):
+    """Build candidates here, one after another; a candidate that fails to build is its error_msg."""
+
+    def __init__(self, export=None):
+        super().__init__()
+        self.export = export or _host_export
+
+    def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
+        from tvm.s_tir.meta_schedule.builder.local_builder import default_build
+
+        results = []
+        for bi in build_inputs:
+            try:
+                results.append(BuilderResult(self.export(default_build(bi.mod, bi.target, None)), None))
+            except (RuntimeError, ValueError, TypeError, OSError) as e:  # TVM errors are RuntimeError subclasses
+                results.append(BuilderResult(None, f"build failed: {e}"))
+        return results
+
+
+class Measurer:
+    """The builder and runner of one tune session, for a target and an optional device."""
+
+    def __init__(self, target, *, device: str | None = None, fleet=None, known_hosts=None,
+                 timeout_sec: float = 30.0):
+        from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner
+
+        cpu_tensor_intrinsics()
+        self.target = target
+        self.where = f"device {device}" if device else "host"
+        self.closer = None
+        if device:
+            from edge_sdk.tune.device_runner import export_for, make_device_runner
+
+            self.builder = InProcessBuilder(export_for(target))
+            self.runner = make_device_runner(device=device, fleet=fleet, target=target, known_hosts=known_hosts)
+            self.closer = getattr(self.runner, "close", None)
+        else:
+            check_local(target)
+            self.builder = InProcessBuilder()
+            self.runner = LocalRunner(timeout_sec=timeout_sec, evaluator_config=EvaluatorConfig(
+                number=1, repeat=5, min_repeat_ms=40, enable_cpu_cache_flush=False))
+
+    def close(self) -> None:
+        if self.closer is not None:
+            self.closer()
+            self.closer = None
+
+    def time(self, funcs: list, *, rounds: int = 3) -> list[float]:
+        """Median seconds per call of each PrimFunc, timed interleaved `rounds` times."""
+        import tvm
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+        tvm_target = self.target.tvm_target()
+        built = self.builder.build([BuilderInput(tvm.IRModule({"main": f.with_attr("global_symbol", "main")}),
+                                                 tvm_target) for f in funcs])
+        try:
+            for b in built:
+                if b.error_msg:
+                    raise RuntimeFailure(f"building a kernel to time on {self.where} failed: {b.error_msg}")
+            samples: list[list[float]] = [[] for _ in funcs]
+            for _ in range(rounds):
+                inputs = [RunnerInput(b.artifact_path, "cpu", ArgInfo.from_prim_func(f)) for b, f in zip(built, funcs)]
+                for i, fut in enumerate(self.runner.run(inputs)):
+                    res = fut.result()
+                    if res.error_msg:
+                        raise RuntimeFailure(f"timing a kernel on {self.where} failed: {res.error_msg}")
+                    samples[i].extend(float(s) for s in res.run_secs)
+            return [statistics.median(s) for s in samples]
+        finally:
+            for b in built:
+                if b.artifact_path:
+                    shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
+
+
+def check_local(target) -> None:
+    """Refuse to tune a target this machine cannot run: its times would be no times at all."""
+    if target.arch != _host_arch():
+        raise UsageError(
+            f"--target {target.name}: this {_host_arch()} host cannot time {target.arch} code; tune on "
+            f"a device with --device NAME --fleet FLEET (a real Pi, or the emulated Pi of the "
+            f"fleet stand-ins, whose times are qemu's, not an A53's)")
+
+
+def _host_arch() -> str:
+    import platform
+
+    m = platform.machine()
+    return {"arm64": "aarch64", "AMD64": "x86_64"}.get(m, m)

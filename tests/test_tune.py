@@ -1,0 +1,194 @@
+"""edge-sdk tune: records written, a second tune skips them, compile applies them (manifest + numerics
+against the numpy reference), --no-tuning ignores them, bad records and bad requests fail clearly.
+
+One small tune (two kernels of a tiny MobileNetV1, 4 trials each) is shared by the slow tests. It
+keeps the tuned schedule whatever the timings say (margin=-inf), so the apply path is exercised on
+any machine; whether tuning wins is a measurement, never asserted here.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from edge_sdk.cli import main
+
+MODEL = ["mobilenet_v1", "--alpha", "0.25", "--resolution", "32", "--classes", "10"]
+KERNELS = ["edge_dw_5", "edge_gemm_6"]
+TRIALS = 4
+
+
+def _run(capsys, argv):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path_factory, monkeypatch):
+    """No user records of this machine, and a private MetaSchedule cache, in every test."""
+    root = tmp_path_factory.getbasetemp() / "tune-env"
+    monkeypatch.setenv("XDG_DATA_HOME", str(root / "xdg"))
+    monkeypatch.setenv("EDGE_SDK_CACHE", str(root / "cache"))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from edge_sdk.models.zoo import build_zoo_model
+
+    return build_zoo_model("mobilenet_v1", alpha=0.25, resolution=32, classes=10, seed=0)
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory, tiny):
+    """A records root with tuned-schedule records for KERNELS (host)."""
+    import os
+
+    from edge_sdk.targets import get_target
+    from edge_sdk.tune.session import tune_model
+
+    root = tmp_path_factory.getbasetemp() / "tune-env"
+    old = os.environ.get("EDGE_SDK_CACHE")
+    os.environ["EDGE_SDK_CACHE"] = str(root / "cache")
+    try:
+        out = tmp_path_factory.mktemp("records")
+        result = tune_model(tiny, get_target("host"), trials=TRIALS, out_root=out, kernels=KERNELS,
+                            margin=float("-inf"))
+    finally:
+        os.environ.pop("EDGE_SDK_CACHE") if old is None else os.environ.__setitem__("EDGE_SDK_CACHE", old)
+    return out, result
+
+
+@pytest.mark.slow
+def test_tune_writes_records(records):
+    out, result = records
+    assert [r.workload.name for r in result.rows] == KERNELS
+    files = sorted((out / "host").glob("*.json"))
+    assert len(files) == 2
+    for f in files:
+        d = json.loads(f.read_text())
+        assert d["winner"] == "tuned" and isinstance(d["trace"], list)
+        assert d["trials"] >= TRIALS and d["ours_ms"] > 0 and d["tuned_ms"] > 0
+        assert d["tvm"] and d["date"] and d["machine"]["cpu"] is not None
+        assert f.name == f"{d['kind']}-{d['workload_hash']}.json"
+
+
+@pytest.mark.slow
+def test_second_tune_skips_recorded(capsys, records):
+    out, _ = records
+    before = {f: f.read_bytes() for f in (out / "host").glob("*.json")}
+    argv = ["tune", *MODEL, "--trials", str(TRIALS), "--out", str(out), "--json"]
+    for k in KERNELS:
+        argv += ["--kernel", k]
+    code, stdout, err = _run(capsys, argv)
+    assert code == 0, err
+    rows = json.loads(stdout)["kernels"]
+    assert [r["status"] for r in rows] == ["recorded", "recorded"]
+    assert {f: f.read_bytes() for f in (out / "host").glob("*.json")} == before
+
+
+@pytest.mark.slow
+def test_interrupted_search_resumes_from_its_database(records, tiny, tmp_path):
+    """A workload without a record but with trials in its MetaSchedule database runs no new trials."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from edge_sdk.targets import get_target
+    from edge_sdk.tune.session import tune_model, work_dir
+
+    out, result = records
+    wl = result.rows[0].workload
+    db_dir = work_dir(get_target("host"), wl)
+    assert len(ms.database.JSONDatabase(work_dir=str(db_dir))) >= TRIALS
+    shutil.copytree(out, tmp_path / "r")
+    (tmp_path / "r" / "host" / result.rows[0].record.name).unlink()  # as if cut before the record was written
+    res = tune_model(tiny, get_target("host"), trials=TRIALS, out_root=tmp_path / "r", kernels=[wl.name])
+    assert res.rows[0].status in ("tuned", "ours") and res.rows[0].trials == len(
+        ms.database.JSONDatabase(work_dir=str(db_dir)))
+    assert (tmp_path / "r" / "host" / result.rows[0].record.name).is_file()
+
+
+@pytest.mark.slow
+def test_compile_applies_records_and_matches_reference(capsys, records, tiny, tmp_path):
+    import tvm
+    from tvm import relax
+
+    from edge_sdk.compiler.lower import compile_relax
+    from edge_sdk.compiler.reference import evaluate
+    from edge_sdk.targets import get_target
+    from edge_sdk.tuning.store import RecordSet
+
+    out, _ = records
+    pkg = tmp_path / "m.edgepkg"
+    code, _, err = _run(capsys, ["compile", *MODEL, "--tuning-records", str(out), "-o", str(pkg)])
+    assert code == 0, err
+    code, stdout, _ = _run(capsys, ["inspect", str(pkg), "--json"])
+    tuning = json.loads(stdout)["tuning"]
+    assert tuning["enabled"] and sorted(k["kernel"] for k in tuning["kernels"]) == KERNELS
+    # the same compile, run here against the numpy reference
+    tuned: list = []
+    target = get_target("host")
+    ex, params = compile_relax(tiny.mod, target, tuning=RecordSet([out], target), tuned=tuned)
+    assert len(tuned) == 2
+    x = tiny.example_input(seed=1)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    y = vm["main"](tvm.runtime.tensor(x), *[tvm.runtime.tensor(params[k]) for k in sorted(params)]).numpy()
+    np.testing.assert_allclose(y, evaluate(tiny.mod, x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_no_tuning_ignores_records(capsys, records, tmp_path, monkeypatch):
+    out, _ = records
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    shutil.copytree(out, tmp_path / "xdg" / "edge-sdk" / "tuning")  # the user's records, used by default
+    pkg = tmp_path / "m.edgepkg"
+    assert _run(capsys, ["compile", *MODEL, "--no-tuning", "-o", str(pkg)])[0] == 0
+    m = json.loads(_run(capsys, ["inspect", str(pkg), "--json"])[1])
+    assert m["tuning"] == {"enabled": False, "roots": [], "records_read": 0, "kernels": []}
+    assert _run(capsys, ["compile", *MODEL, "-o", str(pkg)])[0] == 0
+    m = json.loads(_run(capsys, ["inspect", str(pkg), "--json"])[1])
+    assert len(m["tuning"]["kernels"]) == 2  # the default search path found them
+
+
+@pytest.mark.slow
+def test_record_of_another_workload_does_not_match(records, tiny, tmp_path):
+    """A record whose stored workload differs (same hash, as after a collision or a hand edit) is no match."""
+    from edge_sdk.compiler.lower import compile_relax
+    from edge_sdk.targets import get_target
+    from edge_sdk.tuning.store import RecordSet
+
+    out, _ = records
+    files = sorted((out / "host").glob("*.json"))
+    a, b = (json.loads(f.read_text()) for f in files)
+    (tmp_path / "host").mkdir()
+    a["workload"] = b["workload"]
+    (tmp_path / "host" / files[0].name).write_text(json.dumps(a))
+    tuned: list = []
+    target = get_target("host")
+    compile_relax(tiny.mod, target, tuning=RecordSet([tmp_path], target), tuned=tuned)
+    assert tuned == []
+
+
+def test_corrupt_record_names_the_file(capsys, tmp_path):
+    (tmp_path / "host").mkdir()
+    bad = tmp_path / "host" / "dw-0123456789abcdef.json"
+    bad.write_text('{"format": "edge-sdk-tuning-record/1", "kernel": ')
+    code, _, err = _run(capsys, ["compile", *MODEL, "--tuning-records", str(tmp_path), "-o", str(tmp_path / "m.edgepkg")])
+    assert code == 3
+    assert str(bad) in err
+    assert not (tmp_path / "m.edgepkg").exists()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--variant", "int8"], "tuning supports float32 only"),
+    (["--variant", "w1a2"], "tuning supports float32 only"),
+    (["--target", "pi3"], "--device NAME --fleet FLEET"),
+    (["--trials", "0"], "--trials 0"),
+    (["--device", "pi"], "--device and --fleet go together"),
+    (["--kernel", "edge_nope_1"], "--kernel edge_nope_1: not a kernel of this model"),
+])
+def test_tune_usage_errors(capsys, argv, needle):
+    code, _, err = _run(capsys, ["tune", *MODEL, *argv])
+    assert code == 2
+    assert needle in err
