@@ -99,9 +99,13 @@ def _stats(lat: list[float]) -> dict:
 
 
 def _compiler_digest() -> str:
+    """The compiler's sources and the tuning records compile applies by default (shipped and the user's)."""
+    from edge_sdk.tuning.store import records_digest
+
     h = hashlib.sha256()
     for p in sorted(_COMPILER_DIR.rglob("*.py")):
         h.update(p.relative_to(_COMPILER_DIR).as_posix().encode() + b"\0" + p.read_bytes())
+    h.update(b"tuning\0" + records_digest().encode())
     return h.hexdigest()[:16]
 
 
