@@ -74,7 +74,15 @@ def candidates(host):
     mods = [tvm.IRModule({"main": func}), tvm.IRModule({"main": _tiled(func)})]
     built = builder.build([ms.builder.BuilderInput(m, host.tvm_target()) for m in mods])
     assert all(b.error_msg is None for b in built), [b.error_msg for b in built]
-    return [str(b.artifact_path) for b in built], list(ms.arg_info.ArgInfo.from_prim_func(func))
+    yield [str(b.artifact_path) for b in built], list(ms.arg_info.ArgInfo.from_prim_func(func))
+    _remove_artifacts(built)
+
+
+def _remove_artifacts(built) -> None:
+    """What MetaSchedule's RemoveBuildArtifact callback does after a tuning round."""
+    for b in built:
+        if b.artifact_path is not None:
+            shutil.rmtree(Path(str(b.artifact_path)).parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -327,3 +335,4 @@ def test_pi3_candidates_are_timed_on_an_emulated_pi():
         assert arch == "aarch64" and left == []
     finally:
         fleet.stop()
+        _remove_artifacts(built)
