@@ -68,6 +68,18 @@ def test_host_build_matches_reference(ab, wb):
     np.testing.assert_allclose(scores, ref.scores, rtol=GOLDEN_TOL, atol=GOLDEN_TOL)
 
 
+def test_float_stem_still_builds_and_matches_its_reference():
+    """stem="float32" (the float stem the digits nets were trained with) stays selectable and exact."""
+    net = _net(2, 1, stem="float32")
+    x = golden_input(net.input_shape, seed=2)
+    ref = run_reference(net, x, glue="fused")
+    ex, params, rows = compile_binarized(net, get_target("host"), glue="fused", output="both")
+    codes, scores = _run_vm(ex, params, x)
+    np.testing.assert_array_equal(codes, ref.codes)
+    np.testing.assert_allclose(scores, ref.scores, rtol=GOLDEN_TOL, atol=GOLDEN_TOL)
+    assert [r["op"] for r in rows][:2] == ["conv2d", "max_pool2d"]
+
+
 def test_unfused_build_equals_fused_build_and_reference():
     """Shift-normalized scales are powers of two: the float glue lands on the same codes exactly."""
     net = _net(2, 1)
@@ -114,6 +126,26 @@ def test_pi3_build_matches_reference_under_qemu(ab, wb, tmp_path):
     tvm.runtime.save_param_dict_to_file({k: tvm.runtime.tensor(v) for k, v in params.items()}, str(pfile))
     res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53", warmup=0, repeat=1)
     assert res.emulated
+    np.testing.assert_array_equal(res.output, ref.codes)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("stem", ["int8", "float32"])
+def test_pi3_unfused_build_matches_reference_under_qemu(stem, tmp_path):
+    """The unfused ablation uses the same stem (its own bitpack after it): codes exact on pi3 too."""
+    pi3 = get_target("pi3")
+    if shutil.which(pi3.cross_cc) is None or shutil.which("qemu-aarch64") is None:
+        pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
+    from edge_sdk.runtime.execute import run_compiled
+
+    net = _net(2, 1, stem=stem)
+    x = golden_input(net.input_shape, seed=7)
+    ref = run_reference(net, x, glue="unfused")
+    ex, params, _ = compile_binarized(net, pi3, glue="unfused", output="codes")
+    lib, pfile = tmp_path / "m.so", tmp_path / "params.bin"
+    ex.export_library(str(lib), fcompile=pi3.compiler())
+    tvm.runtime.save_param_dict_to_file({k: tvm.runtime.tensor(v) for k, v in params.items()}, str(pfile))
+    res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53", warmup=0, repeat=1)
     np.testing.assert_array_equal(res.output, ref.codes)
 
 
