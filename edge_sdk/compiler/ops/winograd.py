@@ -43,7 +43,7 @@ _MATRICES = {
 _TABLE: dict[str, tuple[tuple[int, int], ...]] = {
     "avx2": ((28 * 28, 4), (1, 2)),
     "avx512": ((28 * 28, 4), (1, 2)),
-    "neon": ((28 * 28, 4), (1, 2)),
+    "neon": ((14 * 14, 4), (1, 2)),
 }
 _MIN_CHANNELS = 16
 
