@@ -119,7 +119,7 @@ def test_selection_keeps_direct_where_winograd_does_not_apply():
     simd = simd_of(get_target("pi3").tvm_target())
     assert wg.choose_m(simd, (1, 56, 56, 64), (3, 3), (2, 2), 64) is None  # stride 2
     assert wg.choose_m(simd, (1, 56, 56, 64), (1, 1), (1, 1), 64) is None  # 1x1
-    assert wg.choose_m(simd, (1, 56, 56, 8), (3, 3), (1, 1), 8) is None   # too few channels
+    assert wg.choose_m(simd, (1, 56, 56, 4), (3, 3), (1, 1), 8) is None   # too few channels
     assert wg.choose_m(simd, (1, 56, 56, 64), (3, 3), (1, 1), 64) in (2, 4)
 
 

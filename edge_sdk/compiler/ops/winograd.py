@@ -37,15 +37,22 @@ _MATRICES = {
 }
 
 # Winograd tile size m per vector ISA: the first row whose minimum output pixels (OH*OW) the layer
-# reaches wins; no row = direct conv. Measured on ResNet18's 3x3 stride-1 layers, direct vs m=2 vs
-# m=4 (host: ms, same process; pi3: A53 instructions under qemu); numbers in tests/test_winograd.py's
-# module docstring. Layers with few channels keep the direct conv (the transforms dominate there).
+# reaches wins; no row = direct conv. Measured on ResNet18's 3x3 stride-1 layers (C -> C, residual +
+# ReLU epilogue), direct / F(2x2) / F(4x4):
+#   host (EPYC, AVX2, 1 thread, ms, same process):  56x56x64 2.56 / 1.47 / 0.88,
+#     28x28x128 2.51 / 1.18 / 0.70,  14x14x256 2.55 / 1.15 / 1.35,  7x7x512 5.92 / 3.76 / 3.80;
+#   pi3 (A53 instructions per call under qemu, deterministic):  28x28x128 46.6 / 21.9 / 13.2 M,
+#     14x14x256 46.5 / 21.1 / 16.0 M,  7x7x512 46.3 / 29.7 / 15.7 M.
+# At 7x7 on the A53, F(4x4)'s U is 4x the weights (37.7 MB per 512-channel conv, DRAM 39.5 MB per
+# call vs 19.9 MB for F(2x2) and 10.0 MB direct, qemu cache model): bench.emulate's A53 cycle model
+# gives 77.4 / 63.4 ms (F(4x4) / F(2x2)) vs 68.6 ms direct, so 7x7 keeps F(2x2).
+# Few channels still win on the host (56x56x8: 0.076 / 0.048 / 0.031 ms); below 8 is untested.
 _TABLE: dict[str, tuple[tuple[int, int], ...]] = {
     "avx2": ((28 * 28, 4), (1, 2)),
     "avx512": ((28 * 28, 4), (1, 2)),
     "neon": ((14 * 14, 4), (1, 2)),
 }
-_MIN_CHANNELS = 16
+_MIN_CHANNELS = 8
 
 
 def matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
