@@ -336,3 +336,13 @@ def test_pi3_candidates_are_timed_on_an_emulated_pi():
     finally:
         fleet.stop()
         _remove_artifacts(built)
+
+
+def test_unknown_device_and_bad_options_are_usage_errors(loop):
+    from edge_sdk.errors import UsageError
+
+    fleet, kh = loop
+    with pytest.raises(UsageError, match="no device 'loop9'"):
+        make_device_runner(device="loop9", fleet=fleet.fleet_yaml, target="host", known_hosts=kh)
+    with pytest.raises(UsageError, match="repeat must be an integer >= 1"):
+        make_device_runner(device="loop1", fleet=fleet.fleet_yaml, target="host", known_hosts=kh, repeat=0)

@@ -93,26 +93,28 @@ def export_for(target: Target | str) -> Callable:
 
 def make_device_runner(*, device: str, fleet: Path, target: Target | str | None = None,
                        known_hosts: Path | None = None, number: int = 3, repeat: int = 3, warmup: int = 1,
-                       min_repeat_ms: float = 20.0, threads: int | None = None, timeout_s: float = 60.0,
+                       min_repeat_ms: float = 20.0, threads: int = 1, timeout_s: float = 60.0,
                        connect_timeout_s: float = 10.0):
     """A MetaSchedule runner timing candidates on fleet device `device`.
 
     Each candidate's run_secs has `repeat` entries, seconds per call averaged over `number` calls
     (more when a repeat would take under min_repeat_ms), after `warmup` untimed calls. `threads`
-    (default: the target's cores) is the device runtime's thread pool size. `timeout_s` bounds one
+    is the device runtime's thread pool size: 1 by default, as `edge-sdk run` and `bench` run models
+    (a schedule tuned at one thread count need not win at another). `timeout_s` bounds one
     candidate's edge-runner on the device (load, warm-up and every repeat; the device kills it
     then); `connect_timeout_s` bounds reaching the device. `target` (default: the
     device's target in the fleet file) must match the device's architecture."""
     devices = load_fleet(fleet).select(device=device)
     dev = devices[0]
     tgt = get_target(target or dev.target) if not isinstance(target, Target) else target
-    for name, value, lo in (("number", number, 1), ("repeat", repeat, 1), ("warmup", warmup, 0)):
+    for name, value, lo in (("number", number, 1), ("repeat", repeat, 1), ("warmup", warmup, 0),
+                            ("threads", threads, 1)):
         if not isinstance(value, int) or value < lo:
             raise UsageError(f"device runner: {name} must be an integer >= {lo}, got {value!r}")
     if not (timeout_s > 0 and connect_timeout_s > 0 and min_repeat_ms >= 0):
         raise UsageError("device runner: timeout_s and connect_timeout_s must be > 0, min_repeat_ms >= 0")
     opts = _Options(number=number, repeat=repeat, warmup=warmup, min_repeat_ms=float(min_repeat_ms),
-                    threads=threads or tgt.cores, timeout_s=float(timeout_s),
+                    threads=threads, timeout_s=float(timeout_s),
                     connect_timeout_s=float(connect_timeout_s))
     return DeviceRunner(dev, tgt, known_hosts=known_hosts, options=opts)
 
