@@ -24,8 +24,9 @@ def render(result, *, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    out = console or Console(width=None if sys.stdout.isatty() else 160)
     s, inst = result.system, result.mode == "instructions"
+    mem = inst and any(getattr(r, "memory", None) for r in result.rows)
+    out = console or Console(width=None if sys.stdout.isatty() else 200 if mem else 160)
     where = (f"aarch64 instructions per inference under qemu -cpu {result.emulate_cpu} "
              f"(deterministic: (K=3 - K=1)/2; instructions are not cycles)" if inst else "latency, ms")
     on = f"device {result.device} ({result.target})" if getattr(result, "device", None) else result.target
@@ -41,11 +42,10 @@ def render(result, *, console=None) -> None:
                       ("M instr" if inst else "median ms", "right"), ("" if inst else "p10-p90 ms", "right"),
                       ("runs", "right"), ("vs float32", "right"), ("vs best peer", "right")):
         t.add_column(col, justify=just, no_wrap=True)
-    mem = inst and any(getattr(r, "memory", None) for r in result.rows)
     if mem:
         for col in ("L1D miss M", "L2 miss M", "DRAM MB", "M cycles*", "mem %", "roofline"):
             t.add_column(col, justify="right", no_wrap=True)
-    t.add_column("detail", overflow="fold", max_width=70)
+    t.add_column("detail", overflow="fold", max_width=70, min_width=20)
     for r in result.rows:
         if r.metric() is not None and inst:
             fig, spread, runs = f"{r.instructions / 1e6:.2f}", "", "K=1,3"
