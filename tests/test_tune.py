@@ -192,3 +192,32 @@ def test_tune_usage_errors(capsys, argv, needle):
     code, _, err = _run(capsys, ["tune", *MODEL, *argv])
     assert code == 2
     assert needle in err
+
+
+@pytest.mark.slow
+def test_tune_on_a_device_of_the_fleet(capsys, tmp_path):
+    """--device/--fleet: candidates and ours are timed on a loopback device (real sshd, host arch)."""
+    import os
+    import tempfile
+
+    from edge_sdk.stand_ins import device_image_module
+
+    lb = device_image_module("loopback_fleet")
+    if os.geteuid() != 0:
+        pytest.skip("the loopback fleet creates Unix users and needs root")
+    if not os.access(lb.SSHD, os.X_OK) or shutil.which("ssh-keygen") is None:
+        pytest.skip("needs openssh-server (/usr/sbin/sshd) and ssh-keygen")
+    fleet = lb.LoopbackFleet.start(1, tempfile.mkdtemp(prefix="edge-sdk-tune-"))
+    try:
+        kh = fleet.write_known_hosts(tmp_path / "known_hosts")
+        dev = fleet.devices[0]
+        code, out, err = _run(capsys, ["tune", *MODEL, "--kernel", "edge_dw_5", "--trials", "2", "--device", dev.name,
+                                       "--fleet", str(fleet.fleet_yaml), "--known-hosts", str(kh),
+                                       "--out", str(tmp_path / "rec"), "--json"])
+    finally:
+        fleet.stop()
+    assert code == 0, err
+    (row,) = json.loads(out)["kernels"]
+    assert row["status"] in ("tuned", "ours") and row["ours_ms"] > 0
+    assert json.loads((tmp_path / "rec" / "host" / row["record"].rsplit("/", 1)[1]).read_text())["runner"] \
+        == f"device {dev.name}"

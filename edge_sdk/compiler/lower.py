@@ -9,6 +9,8 @@ Steps (each one a Relax pass over "main"):
    and a preceding ZeroPadding2D) and pools become call_tir to PrimFuncs we scheduled
    (ops/conv2d.py, depthwise.py, pool.py); weights are folded and pre-packed at compile time.
    A 1x1 conv runs as a GEMM on the (H*W, C) view; the reshapes around it become VM views.
+   apply_tuning: a kernel whose workload matches a tuning record that `edge-sdk tune` won gets
+   the recorded MetaSchedule schedule instead of ours (edge_sdk/tuning/store.py).
 3. TVM's default CPU legalization + fusion for the small rest (reshape, softmax, add, ...).
 4. lift_params: every tensor constant left in "main" becomes a parameter p0000, p0001, ... in call
    order, so weights ship in params.bin and the .so holds only code.

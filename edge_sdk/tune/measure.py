@@ -65,12 +65,14 @@ class InProcessBuilder(PyBuilder):
         self.export = export or _host_export
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
-        from tvm.s_tir.meta_schedule.builder.local_builder import default_build
+        import tvm
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
         results = []
         for bi in build_inputs:
-            try:
-                results.append(BuilderResult(self.export(default_build(bi.mod, bi.target, None)), None))
+            try:  # MetaSchedule's default_build, through tvm.tirx.build (tvm.build is deprecated)
+                lib = tvm.tirx.build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(bi.mod), bi.target)
+                results.append(BuilderResult(self.export(lib), None))
             except (RuntimeError, ValueError, TypeError, OSError) as e:  # TVM errors are RuntimeError subclasses
                 results.append(BuilderResult(None, f"build failed: {e}"))
         return results
