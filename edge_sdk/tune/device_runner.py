@@ -98,7 +98,7 @@ def make_device_runner(*, device: str, fleet: Path, target: Target | str | None 
     """A MetaSchedule runner timing candidates on fleet device `device`.
 
     Each candidate's run_secs has `repeat` entries, seconds per call averaged over `number` calls
-    (more when a repeat would take under min_repeat_ms), after `warmup` untimed calls. `threads`
+    (more when a repeat would take under min_repeat_ms), after max(warmup, 1) untimed calls. `threads`
     is the device runtime's thread pool size: 1 by default, as `edge-sdk run` and `bench` run models
     (a schedule tuned at one thread count need not win at another). `timeout_s` bounds one
     candidate's edge-runner on the device (load, warm-up and every repeat; the device kills it
