@@ -86,7 +86,7 @@ def _remove_artifacts(built) -> None:
 
 
 @pytest.fixture(scope="module")
-def loop():
+def loop(tmp_path_factory):
     """Two loopback devices with a known_hosts holding their keys (the fixtures in tests/fleet/
     conftest.py are not visible from here)."""
     lb = device_image_module("loopback_fleet")
@@ -95,7 +95,7 @@ def loop():
     if not os.access(lb.SSHD, os.X_OK) or shutil.which("ssh-keygen") is None:
         pytest.skip("needs openssh-server (/usr/sbin/sshd) and ssh-keygen")
     fleet = lb.LoopbackFleet.start(2, tempfile.mkdtemp(prefix="edge-sdk-tune-"))
-    kh = fleet.write_known_hosts(Path(tempfile.mkdtemp(prefix="edge-sdk-tune-kh-")) / "known_hosts")
+    kh = fleet.write_known_hosts(tmp_path_factory.mktemp("tune-kh") / "known_hosts")
     yield fleet, kh
     fleet.stop()
 
