@@ -181,6 +181,8 @@ def conv2d_compute(*, batch: int, height: int, width: int, channels: int, filter
         return tirx.max(tirx.min(t, qmax), 0)
 
     q = te.compute(conv.shape, glue, name="glue")
+    if mode == "unipolar" and filters % WORD_BITS[out_word] == 0:  # whole words: the vector bitpack
+        return inputs, popc.pack_planes(q, bits=glue_out_bits, word=out_word)
     return inputs, bitpack(q, bits=glue_out_bits, word=out_word, name="pack")
 
 
