@@ -12,8 +12,9 @@ Three stages in one PrimFunc:
    (common.apply_epilogue) in the same write; tail tiles past the output edge are not stored.
 
 The weight transform U = G g G^T is done once at compile time in numpy (float64, then rounded).
-Precision: B^T and A^T of F(4x4) have entries up to 5 and 8, so rounding grows (about 1e-6..1e-5
-relative on random data, measured in tests/test_winograd.py), F(2x2) stays close to the direct conv.
+Precision: B^T and A^T of F(4x4) have entries up to 5 and 8, so rounding grows: max error / max |y|
+against float64 on random data 4e-6..1e-5 for F(4x4), ~1e-6 for F(2x2), ~1e-7 for the direct conv
+(ResNet18's layers, 64..512 channels); tests/test_winograd.py bounds it per output.
 """
 from __future__ import annotations
 
@@ -39,14 +40,16 @@ _MATRICES = {
 # Winograd tile size m per vector ISA: the first row whose minimum output pixels (OH*OW) the layer
 # reaches wins; no row = direct conv. Measured on ResNet18's 3x3 stride-1 layers (C -> C, residual +
 # ReLU epilogue), direct / F(2x2) / F(4x4):
-#   host (EPYC, AVX2, 1 thread, ms, same process):  56x56x64 2.56 / 1.47 / 0.88,
-#     28x28x128 2.51 / 1.18 / 0.70,  14x14x256 2.55 / 1.15 / 1.35,  7x7x512 5.92 / 3.76 / 3.80;
+#   host (EPYC, AVX2, 1 thread, best process-CPU ms of 7, same process):  56x56x64 2.60 / 1.55 /
+#     0.86,  28x28x128 2.59 / 1.22 / 0.73,  14x14x256 2.69 / 1.24 / 1.23,  7x7x512 3.18 / 2.15 / 2.43
+#     (14x14: a tie, F(2x2) is the more precise and its U the smaller);
 #   pi3 (A53 instructions per call under qemu, deterministic):  28x28x128 46.6 / 21.9 / 13.2 M,
 #     14x14x256 46.5 / 21.1 / 16.0 M,  7x7x512 46.3 / 29.7 / 15.7 M.
 # At 7x7 on the A53, F(4x4)'s U is 4x the weights (37.7 MB per 512-channel conv, DRAM 39.5 MB per
 # call vs 19.9 MB for F(2x2) and 10.0 MB direct, qemu cache model): bench.emulate's A53 cycle model
 # gives 77.4 / 63.4 ms (F(4x4) / F(2x2)) vs 68.6 ms direct, so 7x7 keeps F(2x2).
 # Few channels still win on the host (56x56x8: 0.076 / 0.048 / 0.031 ms); below 8 is untested.
+# avx512 is assumed to behave like avx2 (not measured: no such machine here); sse/scalar: direct.
 _TABLE: dict[str, tuple[tuple[int, int], ...]] = {
     "avx2": ((28 * 28, 4), (1, 2)),
     "avx512": ((28 * 28, 4), (1, 2)),
