@@ -213,6 +213,9 @@ class CpuSchedule:
     Unipolar (ops/bitserial_popc.py): uint16 `word`s and accumulators, a tile of pop_xt pixels x
     a_bits planes x pop_bits (32 channels): 2 x 2 x 4 NEON q registers (ld1r, and, cnt, uadalp), 2 x 2
     x 2 AVX2 ymm. On znver3 (no vector popcount) uint64 words measured the same as uint16.
+    chunk_loads: one vector load of each pixel's next words, broadcast by lane (`dup`), instead of a
+    broadcast load per word (aarch64 `ld1r` has no immediate offset: each one also cost an address
+    `sub`); x86's vpbroadcastw takes any address, so it keeps the direct broadcasts.
     """
 
     vec: int
@@ -220,9 +223,10 @@ class CpuSchedule:
     word: str = "uint16"
     pop_xt: int = 2
     pop_bits: int = 512
+    chunk_loads: bool = False
 
 
-SCHEDULES = {"aarch64": CpuSchedule(vec=8, xt=4), "x86_64": CpuSchedule(vec=8, xt=4)}
+SCHEDULES = {"aarch64": CpuSchedule(vec=8, xt=4, chunk_loads=True), "x86_64": CpuSchedule(vec=8, xt=4)}
 
 
 def network_word(arch: str) -> str:
@@ -260,9 +264,9 @@ def schedule_conv2d(func, *, arch: str):
         xt = _divisor(ow, cfg.pop_xt)
         lanes *= cfg.pop_xt // xt  # a prime width (7) gets 1-pixel tiles: widen the channel group instead
         if _has_block(sch, "pack"):
-            popc.schedule_fused(sch, xt=xt, lanes=lanes)
+            popc.schedule_fused(sch, xt=xt, lanes=lanes, chunks=cfg.chunk_loads)
         else:
-            popc.schedule_int32(sch, xt=xt, lanes=lanes)
+            popc.schedule_int32(sch, xt=xt, lanes=lanes, chunks=cfg.chunk_loads)
     elif _has_block(sch, "pack"):
         _schedule_fused(sch, conv, o=o, xt=xt, cfg=cfg)
     else:

@@ -167,7 +167,7 @@ def _red(sch, name: str) -> dict[str, int]:
     return {k: int(iv.dom.extent) for k, iv in zip(("ry", "rx", "rc"), iters)}
 
 
-def _schedule_popc(sch, *, skip: int, xt: int, fext: int, lanes: int, vectorize: bool) -> None:
+def _schedule_popc(sch, *, skip: int, xt: int, fext: int, lanes: int, vectorize: bool, chunks: bool) -> None:
     """The register tile under `skip` loops: taps/words outside, then xt pixels x bit planes (unrolled)
     x output channels (vector lanes, split into unrolled groups of `lanes`) inside."""
     popc = sch.get_sblock("popc")
@@ -187,8 +187,41 @@ def _schedule_popc(sch, *, skip: int, xt: int, fext: int, lanes: int, vectorize:
         sch.unroll(loop)
     if fi is not None and vectorize:
         sch.vectorize(fi)
+    if chunks and vectorize and "rc" in lp:
+        outer = _activation_chunks(sch, popc, rc=lp["rc"], rc_ext=red_ext["rc"], a_bits=a_bits, inner=inner)
+        red = [outer if lp_ is lp["rc"] else lp_ for lp_ in red]
     if red:
         sch.decompose_reduction(popc, red[0])
+
+
+def _activation_chunks(sch, popc, *, rc, rc_ext: int, a_bits: int, inner: list):
+    """Per pixel, one vector load of the next `r` words x a_bits planes (contiguous in the packed
+    layout) into a local tile, then each word is broadcast from its lane. Why: LLVM broadcast each
+    word straight from memory with `ld1r`, which has no immediate offset, so every broadcast also
+    cost an address `sub` (15 per 64 and/cnt/uadalp in layer2's loop); `dup v.8h, v.h[i]` from a
+    loaded q register needs none."""
+    src = next(i for i, r in enumerate(sch.get(popc).reads) if r.source.name not in ("weight", "popc"))
+    word_bits = int(str(sch.get(popc).reads[src].source.dtype)[4:])
+    r = max(d for d in range(1, rc_ext + 1) if rc_ext % d == 0 and d * a_bits * word_bits <= 128)
+    if r * a_bits < 2:
+        return rc
+    outer = rc
+    if r > 1:
+        outer, rci = sch.split(rc, [None, r])
+        sch.reorder(rci, *inner)
+        sch.unroll(rci)
+    cache = sch.cache_read(popc, src, "local", consumer_blocks=[popc])
+    sch.compute_at(cache, outer)
+    depth = 1 + [sch.get(lp).same_as(sch.get(outer)) for lp in sch.get_loops(popc)].index(True)
+    loops = sch.get_loops(cache)[depth:]  # (pixels), (words), (planes); unit-extent ones are dropped
+    tail, lanes = [], 1
+    while loops and lanes < r * a_bits:
+        tail.insert(0, loops.pop())
+        lanes *= int(sch.get(tail[0]).extent)
+    sch.vectorize(sch.fuse(*tail) if len(tail) > 1 else tail[0])
+    for lp in loops:
+        sch.unroll(lp)
+    return outer  # the loop that now holds the reduction over words
 
 
 def _schedule_apop(sch, *, skip: int, xt: int) -> None:
@@ -204,7 +237,7 @@ def _schedule_apop(sch, *, skip: int, xt: int) -> None:
         sch.decompose_reduction(apop, red[0])
 
 
-def schedule_fused(sch, *, xt: int, lanes: int) -> None:
+def schedule_fused(sch, *, xt: int, lanes: int, chunks: bool = False) -> None:
     """Per (row, pixel tile, group of output words): the popc tile over `lanes` channels (as many
     whole output words as fit), then per word the glue (combine + shift/offset/clip + residual,
     vectorized over the word's channels) and the bitpack; apop once per pixel tile. All tiles are
@@ -254,12 +287,12 @@ def schedule_fused(sch, *, xt: int, lanes: int) -> None:
                 sch.unroll(lp)
         sch.decompose_reduction(pack, pk)
         sch.tensorize(pk, pack_intrin(str(sch.get(pack).writes[0].source.dtype)))
-    _schedule_popc(sch, skip=3, xt=xt, fext=fext * group, lanes=lanes, vectorize=full)
+    _schedule_popc(sch, skip=3, xt=xt, fext=fext * group, lanes=lanes, vectorize=full, chunks=chunks)
     _schedule_apop(sch, skip=2, xt=xt)
     _schedule_pcnt(sch)
 
 
-def schedule_int32(sch, *, xt: int, lanes: int) -> None:
+def schedule_int32(sch, *, xt: int, lanes: int, chunks: bool = False) -> None:
     """int32 accumulators out (the unfused graph, shortcut convs): [n*y parallel], x tile, lane group:
     popc tile, then combine vectorized into the output; apop once per pixel tile."""
     conv = sch.get_sblock("conv")
@@ -277,6 +310,6 @@ def schedule_int32(sch, *, xt: int, lanes: int) -> None:
     sch.set_scope(apop, 0, "local")
     sch.vectorize(fi)
     sch.unroll(xi)
-    _schedule_popc(sch, skip=3, xt=xt, fext=vec, lanes=lanes, vectorize=vec > 1)
+    _schedule_popc(sch, skip=3, xt=xt, fext=vec, lanes=lanes, vectorize=vec > 1, chunks=chunks)
     _schedule_apop(sch, skip=2, xt=xt)
     _schedule_pcnt(sch)
