@@ -185,6 +185,9 @@ def test_cli_compile_and_run_w1a2(tmp_path, capsys):
     assert all(r["flops"] > 0 and r["bytes_read"] > 0 and 0 < r["glue"]["share_est"] < 1 for r in rows)
     assert [r["op"] for r in m["layers"]][:3] == ["quantize", "conv2d", "max_pool2d"] and m["layers"][-2]["op"] == "dense"
     assert m["variant_info"]["stem"] == "int8" and m["layers"][1]["precision"] == "int8"
+    # --profile charges each stem kernel to its own row, not to the first binary conv
+    assert [r["kernels"][0]["name"] for r in m["layers"][:3]] == [
+        "edge_stem_quantize", "edge_stem_conv_i8", "edge_stem_pool_pack"]
 
 
 # ---- what is refused ------------------------------------------------------------------------

@@ -41,7 +41,8 @@ def compile_binarized(net, target, *, glue: str = "fused", output: str = "scores
     ex, params = compile_relax(mod, target, progress=progress, kernel_sites=sites)
     from edge_sdk.compiler.kernel_map import assign_kernels
 
-    return ex, params, assign_kernels(rows, sites, var_to_layer=names)
+    # the integer stem's rows are named after their bindings: their kernels are those rows' own
+    return ex, params, assign_kernels(rows, sites, var_to_layer={**names, **{v: v for v in aux}})
 
 
 def conv_row(conv, *, glue: str, word: str, residual: str | None) -> dict:
