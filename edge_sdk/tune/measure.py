@@ -1,12 +1,11 @@
 """Builders and runners for `edge-sdk tune`, and the fair ours-vs-tuned measurement.
 
-Host: candidates are built in this process (tvm.compile + export, ~0.5 s each) instead of by
-MetaSchedule's LocalBuilder, which starts a fresh process pool per batch (one TVM import per
-worker): measured here, 8 candidates of a small depthwise conv took 63 s to build that way, 4 s in
-process. They are timed by MetaSchedule's LocalRunner (a separate process, with a timeout, so a
-slow or crashing candidate cannot take the tuner down).
-Device: the same in-process build with the device's f_export (cross-linked .so), timed on the
-device by device_runner.make_device_runner.
+Host: candidates are built by PooledBuilder (worker processes kept for the whole tune, a timeout
+per candidate) instead of MetaSchedule's LocalBuilder, which starts a fresh process pool per batch
+(one TVM import per worker). They are timed by MetaSchedule's LocalRunner (a separate process
+with a timeout, so a slow or crashing candidate cannot take the tuner down).
+Device: the same builder with the device's f_export (cross-linked .so); candidates are timed on
+the device by device_runner.make_device_runner.
 
 "Ours" and the best tuned schedule are then timed by the same runner, interleaved (ours, tuned,
 ours, tuned, ...), and compared by the median: on a machine shared with other work, a single
@@ -56,26 +55,48 @@ def _host_export(mod) -> str:
     return path
 
 
-@derived_object
-class InProcessBuilder(PyBuilder):
-    """Build candidates here, one after another; a candidate that fails to build is its error_msg."""
+def _build_one(mod, target, export) -> str:
+    """MetaSchedule's default_build, through tvm.tirx.build (tvm.build is deprecated), then export."""
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    def __init__(self, export=None):
+    return export(tvm.tirx.build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target))
+
+
+@derived_object
+class PooledBuilder(PyBuilder):
+    """Build candidates in worker processes that live as long as the tune, each with a timeout.
+
+    Why not LocalBuilder: it starts a fresh pool per batch, and each worker imports TVM again
+    (measured: 8 small candidates took 63 s to build that way, 4 s in one process). Why not in
+    this process: a candidate can take LLVM minutes (seen: a max pool with everything unrolled),
+    and only a separate process can be stopped; a worker that times out is replaced."""
+
+    def __init__(self, export=None, *, timeout_sec: float = 60.0, workers: int | None = None):
         super().__init__()
+        from tvm.support.popen_pool import PopenPoolExecutor
+
         self.export = export or _host_export
+        self.timeout_sec = timeout_sec
+        self.pool = PopenPoolExecutor(max_workers=workers or max(1, min(2, os.cpu_count() or 1)),
+                                      timeout=timeout_sec)
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
-        import tvm
-        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+        from tvm.support.popen_pool import StatusKind
 
         results = []
-        for bi in build_inputs:
-            try:  # MetaSchedule's default_build, through tvm.tirx.build (tvm.build is deprecated)
-                lib = tvm.tirx.build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(bi.mod), bi.target)
-                results.append(BuilderResult(self.export(lib), None))
-            except (RuntimeError, ValueError, TypeError, OSError) as e:  # TVM errors are RuntimeError subclasses
-                results.append(BuilderResult(None, f"build failed: {e}"))
+        jobs = [(bi.mod, bi.target, self.export) for bi in build_inputs]
+        for res in self.pool.map_with_error_catching(lambda job: _build_one(*job), jobs):
+            if res.status == StatusKind.COMPLETE:
+                results.append(BuilderResult(res.value, None))
+            elif res.status == StatusKind.TIMEOUT:
+                results.append(BuilderResult(None, f"build timed out after {self.timeout_sec:.0f} s"))
+            else:
+                results.append(BuilderResult(None, f"build failed: {res.value}"))
         return results
+
+    def close(self) -> None:
+        self.pool.shutdown()
 
 
 class Measurer:
@@ -92,16 +113,17 @@ class Measurer:
         if device:
             from edge_sdk.tune.device_runner import export_for, make_device_runner
 
-            self.builder = InProcessBuilder(export_for(target))
+            self.builder = PooledBuilder(export_for(target))
             self.runner = make_device_runner(device=device, fleet=fleet, target=target, known_hosts=known_hosts)
             self.closer = getattr(self.runner, "close", None)
         else:
             check_local(target)
-            self.builder = InProcessBuilder()
+            self.builder = PooledBuilder()
             self.runner = LocalRunner(timeout_sec=timeout_sec, evaluator_config=EvaluatorConfig(
                 number=1, repeat=5, min_repeat_ms=40, enable_cpu_cache_flush=False))
 
     def close(self) -> None:
+        self.builder.close()
         if self.closer is not None:
             self.closer()
             self.closer = None
