@@ -263,6 +263,10 @@ def schedule_conv2d(func, *, arch: str):
         lanes = cfg.pop_bits // int(str(sch.get(sch.get_sblock("popc")).writes[0].source.dtype)[4:])
         xt = _divisor(ow, cfg.pop_xt)
         lanes *= cfg.pop_xt // xt  # a prime width (7) gets 1-pixel tiles: widen the channel group instead
+        _, _, _, pa, pw, _ = (int(v) for v in sch.get(sch.get_sblock("popc")).writes[0].source.shape)
+        if pa * pw == 1 and xt == cfg.pop_xt:  # one plane pair (w1a1): twice the channels, the same
+            # accumulator count per tile (2 x 1 x 8 q registers); 1-pixel tiles are already widened
+            lanes *= 2
         if _has_block(sch, "pack"):
             popc.schedule_fused(sch, xt=xt, lanes=lanes, chunks=cfg.chunk_loads)
         else:
