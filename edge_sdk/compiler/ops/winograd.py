@@ -107,7 +107,8 @@ def _dot(mat: np.ndarray, row, term) -> tvm.tirx.PrimExpr:
 def conv2d_winograd(shape, padding, cpad: int, m: int, simd: Simd, *, act=("none",), residual=False,
                     nr=None, name="edge_winograd") -> tvm.tirx.PrimFunc:
     """NHWC 3x3 stride-1 conv over U from `transform_weight` (alpha, alpha, cpad/nr, CI, nr);
-    padding = (top, left, bottom, right). Output (1, OH, OW, cpad)."""
+    padding = (top, left, bottom, right). Output (1, OH, OW, cpad). Batch 1 only (choose_m checks).
+    The GEMM's tiles are padded to a multiple of mr; the tail rows re-read the last tile."""
     n, h, w_, ci = shape
     pt, pl, pb, pr = padding
     oh, ow = h + pt + pb - 2, w_ + pl + pr - 2
@@ -139,9 +140,9 @@ def conv2d_winograd(shape, padding, cpad: int, m: int, simd: Simd, *, act=("none
         r[a, y, xx, k] if residual else None), name="out")
     args = [x, u, b] + ([r] if residual else []) + [out]
     sch = s_tir.Schedule(workload := te.create_prim_func(args))
-    _schedule_input(sch, simd, ci, alpha)
+    _schedule_input(sch, simd, ci)
     _schedule_gemm(sch, mr, nr, ci)
-    _schedule_output(sch, simd, m, alpha)
+    _schedule_output(sch, simd, m)
     return finish(sch, name, workload=workload)
 
 
@@ -150,7 +151,9 @@ def _vec_split(sch, loop, extent: int, lanes: int):
     return sch.split(loop, [None, f])
 
 
-def _schedule_input(sch, simd: Simd, ci: int, alpha: int) -> None:
+def _schedule_input(sch, simd: Simd, ci: int) -> None:
+    """Per tile and channel vector: the 36 (or 16) V vectors from the alpha x alpha window, through
+    a local T1 (first 1-D pass); tiles in parallel."""
     try:
         pblock = sch.get_sblock("pad")
     except tvm.error.TVMError:  # no padding at all
@@ -168,14 +171,17 @@ def _schedule_input(sch, simd: Simd, ci: int, alpha: int) -> None:
     for lp in t_loops[:-1]:
         sch.unroll(lp)
     sch.vectorize(t_loops[-1])
+    sch.parallel(p)
     if pblock is not None:
         pa, py, pz, pc = sch.get_loops(pblock)
+        sch.parallel(sch.fuse(pa, py))
         if ci % simd.lanes == 0:
             _, pcv = sch.split(pc, [None, simd.lanes])
             sch.vectorize(pcv)
 
 
 def _schedule_gemm(sch, mr: int, nr: int, ci: int) -> None:
+    """conv2d.gemm's register tile per transform point t: mr tiles x nr channels, swept over Cin."""
     acc = sch.get_sblock("M")
     wb = sch.cache_write(acc, 0, "local")  # acc accumulates in registers, wb stores the tile
     e, v_, p, k = sch.get_loops(wb)
@@ -191,13 +197,16 @@ def _schedule_gemm(sch, mr: int, nr: int, ci: int) -> None:
     sch.decompose_reduction(acc, ck)
 
 
-def _schedule_output(sch, simd: Simd, m: int, alpha: int) -> None:
+def _schedule_output(sch, simd: Simd, m: int) -> None:
+    """Per tile and channel vector: Z (first 1-D pass, local), then the m x m outputs through the
+    epilogue, rows of tiles in parallel; a tail tile's rows/columns past OH/OW are not stored."""
     ob = sch.get_sblock("out")
     a, y, x, k = sch.get_loops(ob)
     yo, yi = sch.split(y, [None, m])
     xo, xi = sch.split(x, [None, m])
     ko, ki = sch.split(k, [None, simd.lanes])
     sch.reorder(a, yo, xo, ko, yi, xi, ki)
+    sch.parallel(yo)
     sch.compute_at(sch.get_sblock("Z"), ko)
     sch.set_scope(sch.get_sblock("Z"), 0, "local")
     sch.unroll(yi)
