@@ -58,6 +58,18 @@ def unipolar_conv(src, wgt, *, batch: int, oh: int, ow: int, filters: int, kerne
         (batch, oh, ow, a_bits),
         lambda n, y, x, i: te.sum(pcnt[n, y * stride + r2[0], x * stride + r2[1], i], axis=r2), name="apop")
 
+    # sum_ij popc << (i+j) fits the narrow accumulator when its bound does: combine there (one shift-add
+    # per plane pair on 8 lanes a vector), widen once, and subtract the per-pixel apop term as one scalar
+    bound = kernel * kernel * cw * WORD_BITS[word] * ((1 << a_bits) - 1) * ((1 << w_bits) - 1)
+    if acc == "uint16" and bound < (1 << 16):
+        def combine(n, y, x, f):
+            p = sum((popc[n, y, x, i, j, f] << tirx.const(i + j, acc) if i + j else popc[n, y, x, i, j, f])
+                    for i in range(a_bits) for j in range(w_bits))
+            a = sum((apop[n, y, x, i] << i if i else apop[n, y, x, i]) for i in range(a_bits))
+            return 2 * p.astype("int32") - a * ((1 << w_bits) - 1)
+
+        return te.compute((batch, oh, ow, filters), combine, name="conv")
+
     def combine(n, y, x, f):
         total = None
         for i in range(a_bits):
