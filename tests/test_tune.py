@@ -221,3 +221,20 @@ def test_tune_on_a_device_of_the_fleet(capsys, tmp_path):
     assert row["status"] in ("tuned", "ours") and row["ours_ms"] > 0
     assert json.loads((tmp_path / "rec" / "host" / row["record"].rsplit("/", 1)[1]).read_text())["runner"] \
         == f"device {dev.name}"
+
+
+def test_shipped_records_are_valid():
+    """Every record in the repo reads, names its own workload (hash and file name) and, when the tuned
+    schedule won, replays on that workload."""
+    import tvm_ffi
+
+    from edge_sdk.tuning.store import read_record, replay, repo_root, workload_hash
+
+    for path in sorted(repo_root().glob("*/*.json")):
+        rec = read_record(path)
+        wl = rec.workload()
+        assert workload_hash(wl) == rec.data["workload_hash"], path
+        assert path.name == f"{rec.data['kind']}-{rec.data['workload_hash']}.json"
+        assert path.parent.name == rec.data["target"]["name"]
+        if rec.tuned:
+            assert not tvm_ffi.structural_equal(replay(wl, rec.data["trace"]), wl), path

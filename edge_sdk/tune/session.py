@@ -3,8 +3,9 @@
     result = tune_model(model, target, trials=32, out_root=user_root(), events=...)
 
 Per workload (in the model's call order):
-1. A record for it in out_root/<target>/ with at least `trials` trials: skipped (that is how an
-   interrupted tune resumes: finished workloads are recorded, the rest are not).
+1. A record for it with at least `trials` trials, in out_root/<target>/ or where compile looks
+   (the user's and the shipped records): skipped. That is how an interrupted tune resumes:
+   finished workloads are recorded, the rest are not.
 2. MetaSchedule searches the unscheduled workload. Its database lives under
    $EDGE_SDK_CACHE/tune/<target>/<kind>-<hash>/ and keeps every measured candidate, so the trials
    already done there count: a tune cut mid-search continues with the trials left.
@@ -127,7 +128,7 @@ def _tune_one(wl: Workload, index: int, total: int, target, *, trials, out_root,
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
-    rec = store.RecordSet([out_root], target).lookup(wl.func)
+    rec = store.RecordSet([out_root, *store.default_roots()], target).lookup(wl.func)
     if rec is not None and rec.data["trials"] >= trials:
         events.start(index, total, wl, trials=trials, done=trials)
         row = Row(wl, "recorded", rec.data["ours_ms"], rec.data.get("tuned_ms"), rec.data["trials"], rec.path,
