@@ -85,22 +85,25 @@ def transform_weight(w_hwio: np.ndarray, m: int, nr: int) -> np.ndarray:
     return np.ascontiguousarray(up.astype("float32"))
 
 
-def _coef(mat: np.ndarray, row, col: int):
-    """mat[row, col] for a loop variable `row` (a constant once the loop is unrolled)."""
-    expr = tvm.tirx.const(0.0, "float32")
-    for r in range(mat.shape[0]):
-        if mat[r, col] != 0:
-            expr = tvm.tirx.Select(row == r, tvm.tirx.const(float(mat[r, col]), "float32"), expr)
-    return expr
-
-
 def _dot(mat: np.ndarray, row, term) -> tvm.tirx.PrimExpr:
-    """sum_j mat[row, j] * term(j), skipping columns that are zero in every row."""
-    out = None
-    for j in range(mat.shape[1]):
-        if np.any(mat[:, j]):
-            t = _coef(mat, row, j) * term(j)
-            out = t if out is None else out + t
+    """sum_j mat[row, j] * term(j) for a loop variable `row`: one Select arm per row holding only its
+    nonzero terms (+-1 as add / subtract), so once the row loop is unrolled the Select folds to
+    exactly that arm (a 0 * x term would stay: x + 0.0 is not foldable in IEEE float)."""
+    arms = []
+    for r in range(mat.shape[0]):
+        expr = None
+        for j in np.flatnonzero(mat[r]):
+            c, t = float(mat[r, j]), term(int(j))
+            if expr is None:
+                expr = t if c == 1 else tvm.tirx.const(c, "float32") * t
+            elif abs(c) == 1:
+                expr = expr + t if c > 0 else expr - t
+            else:
+                expr = expr + tvm.tirx.const(c, "float32") * t
+        arms.append(expr)
+    out = arms[-1]
+    for r in range(len(arms) - 2, -1, -1):
+        out = tvm.tirx.Select(row == r, arms[r], out)
     return out
 
 
