@@ -43,12 +43,27 @@ def unipolar_conv(src, wgt, *, batch: int, oh: int, ow: int, filters: int, kerne
         return [te.reduce_axis((0, kernel), "ry"), te.reduce_axis((0, kernel), "rx"), te.reduce_axis((0, cw), "rc")]
 
     r1 = axes()
-    popc = te.compute(
-        (batch, oh, ow, a_bits, w_bits, filters),  # channels innermost: the vector lanes are contiguous
-        lambda n, y, x, i, j, f: te.sum(tirx.popcount(
-            src[n, y * stride + r1[0], x * stride + r1[1], r1[2], i] & wgt[r1[0], r1[1], r1[2], j, f]).astype(acc),
-            axis=r1),
-        name="popc")
+    if word == "uint8":  # byte counts summed in uint8 over chunks of <= 31 words (<= 8 each), widened per chunk
+        chunk = max(d for d in range(1, min(cw, 31) + 1) if cw % d == 0)
+        rci = te.reduce_axis((0, chunk), "rci")
+        popc8 = te.compute(
+            (batch, oh, ow, kernel, kernel, cw // chunk, a_bits, w_bits, filters),
+            lambda n, y, x, ky, kx, co, i, j, f: te.sum(tirx.popcount(
+                src[n, y * stride + ky, x * stride + kx, co * chunk + rci, i]
+                & wgt[ky, kx, co * chunk + rci, j, f]).astype("uint8"), axis=rci),
+            name="popc8")
+        r1[2] = te.reduce_axis((0, cw // chunk), "rc")
+        popc = te.compute(
+            (batch, oh, ow, a_bits, w_bits, filters),
+            lambda n, y, x, i, j, f: te.sum(popc8[n, y, x, r1[0], r1[1], r1[2], i, j, f].astype(acc), axis=r1),
+            name="popc")
+    else:
+        popc = te.compute(
+            (batch, oh, ow, a_bits, w_bits, filters),  # channels innermost: the vector lanes are contiguous
+            lambda n, y, x, i, j, f: te.sum(tirx.popcount(
+                src[n, y * stride + r1[0], x * stride + r1[1], r1[2], i] & wgt[r1[0], r1[1], r1[2], j, f]).astype(acc),
+                axis=r1),
+            name="popc")
     rw = te.reduce_axis((0, cw), "rw")  # popcount(a) per input pixel once, then a KxK box sum of it
     pcnt = te.compute(tuple(int(d) for d in src.shape[:3]) + (a_bits,),
                       lambda n, y, x, i: te.sum(tirx.popcount(src[n, y, x, rw, i]).astype("int32"), axis=rw),
@@ -199,11 +214,42 @@ def _schedule_popc(sch, *, skip: int, xt: int, fext: int, lanes: int, vectorize:
         sch.unroll(loop)
     if fi is not None and vectorize:
         sch.vectorize(fi)
-    if chunks and vectorize and "rc" in lp:
+    if _has_block(sch, "popc8"):
+        _schedule_popc8(sch, parent=red[-1] if red else (fo if fo is not None else sch.get_loops(popc)[skip - 1]),
+                        xt=xt, fext=fext if fi is None else int(sch.get(fi).extent), fo=fo, vectorize=vectorize)
+    elif chunks and vectorize and "rc" in lp:
         outer = _activation_chunks(sch, popc, rc=lp["rc"], rc_ext=red_ext["rc"], a_bits=a_bits, inner=inner)
         red = [outer if lp_ is lp["rc"] else lp_ for lp_ in red]
     if red:
         sch.decompose_reduction(popc, red[0])
+
+
+def _schedule_popc8(sch, *, parent, xt: int, fext: int, fo, vectorize: bool) -> None:
+    """uint8 words: the byte-count tile of one chunk of words under `parent` (the innermost reduction
+    loop of popc): words outside, then pixels x planes (unrolled) x channels (vector); the uint8
+    accumulators then widen into popc once per chunk. Why: without a vector popcount (AVX2) a byte
+    popcount is 6 instructions (nibble table, vpshufb) and the byte sums add with vpaddb; popcount of
+    uint16 lanes also adds the byte pairs (3 more) every word."""
+    blk = sch.get_sblock("popc8")
+    sch.compute_at(blk, parent)
+    sch.set_scope(blk, 0, "local")
+    a_bits, w_bits = _shape(sch, "popc8")[6:8]
+    depth = 1 + [sch.get(lp).same_as(sch.get(parent)) for lp in sch.get_loops(blk)].index(True)
+    loops = sch.get_loops(blk)[depth:]
+    ext = [int(sch.get(lp).extent) for lp in loops]
+    names = [k for k, e in (("x", xt), ("i", a_bits), ("j", w_bits), ("f", fext)) if e > 1]
+    if fo is not None and len(loops) > len(names) + 1 and ext[0] == 1:
+        loops = loops[1:]
+    red = loops[len(names):]
+    spatial = dict(zip(names, loops[:len(names)]))
+    inner = [spatial[k] for k in ("x", "i", "j") if k in spatial]
+    sch.reorder(*red, *inner, *([spatial["f"]] if "f" in spatial else []))
+    for lp in inner:
+        sch.unroll(lp)
+    if "f" in spatial and vectorize:
+        sch.vectorize(spatial["f"])
+    if red:
+        sch.decompose_reduction(blk, red[0])
 
 
 def _activation_chunks(sch, popc, *, rc, rc_ext: int, a_bits: int, inner: list):
