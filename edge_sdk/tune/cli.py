@@ -108,16 +108,19 @@ class _Progress:
         progress, outer = self.progress, self
 
         class _Events(Events):
-            def start(self, index, total, wl, *, trials, done):
-                outer.best = None
+            def start(self, index, total, wl, *, trials, done, ours_ms=None):
+                outer.best, outer.ours = None, ours_ms
                 outer.task = progress.add_task(f"{index + 1}/{total} {wl.name}", total=trials, completed=done,
-                                               info=wl.description)
+                                               info=wl.description if ours_ms is None else
+                                               f"{wl.description}: ours {ours_ms:.4f} ms")
 
             def batch(self, measured, best_ms):
                 if best_ms is not None and (outer.best is None or best_ms < outer.best):
                     outer.best = best_ms
                 progress.advance(outer.task, measured)
-                progress.update(outer.task, info=f"best tuned {outer.best:.4f} ms" if outer.best else "no valid candidate yet")
+                ours = f"ours {outer.ours:.4f} ms, " if outer.ours is not None else ""
+                progress.update(outer.task, info=ours + (f"best tuned {outer.best:.4f} ms" if outer.best
+                                                         else "no valid candidate yet"))
 
             def stage(self, text):
                 if getattr(outer, "task", None) is not None:
@@ -133,6 +136,7 @@ class _Progress:
         self.events = _Events()
         self.task = None
         self.best = None
+        self.ours = None
 
     def __enter__(self):
         self.progress.__enter__()

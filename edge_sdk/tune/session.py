@@ -74,7 +74,8 @@ class TuneResult:
 class Events:
     """What the CLI's progress display hears; the default says nothing."""
 
-    def start(self, index: int, total: int, wl: Workload, *, trials: int, done: int) -> None: ...
+    def start(self, index: int, total: int, wl: Workload, *, trials: int, done: int,
+              ours_ms: float | None = None) -> None: ...
     def batch(self, measured: int, best_ms: float | None) -> None: ...
     def stage(self, text: str) -> None: ...
     def end(self, row: Row) -> None: ...
@@ -140,7 +141,8 @@ def _tune_one(wl: Workload, index: int, total: int, target, *, trials, out_root,
     wdir.mkdir(parents=True, exist_ok=True)
     db = ms.database.JSONDatabase(work_dir=str(wdir))
     done = len(db)
-    events.start(index, total, wl, trials=trials, done=min(done, trials))
+    (first,) = measurer.time([wl.scheduled], rounds=1)  # for the progress line; the verdict is timed below
+    events.start(index, total, wl, trials=trials, done=min(done, trials), ours_ms=first * 1e3)
     tvm_target = target.tvm_target()
     if done < trials:
         left = trials - done
