@@ -43,8 +43,8 @@ _MATRICES = {
 #   host (EPYC, AVX2, 1 thread, best process-CPU ms of 7, same process):  56x56x64 2.60 / 1.55 /
 #     0.86,  28x28x128 2.59 / 1.22 / 0.73,  14x14x256 2.69 / 1.24 / 1.23,  7x7x512 3.18 / 2.15 / 2.43
 #     (14x14: a tie, F(2x2) is the more precise and its U the smaller);
-#   pi3 (A53 instructions per call under qemu, deterministic):  28x28x128 46.6 / 21.9 / 13.2 M,
-#     14x14x256 46.5 / 21.1 / 16.0 M,  7x7x512 46.3 / 29.7 / 15.7 M.
+#   pi3 (A53 instructions per call under qemu, deterministic):  56x56x64 46.6 / 23.0 / 14.6 M,
+#     28x28x128 46.6 / 21.8 / 13.0 M,  14x14x256 46.5 / 21.0 / 15.9 M,  7x7x512 46.3 / 29.6 / 15.7 M.
 # At 7x7 on the A53, F(4x4)'s U is 4x the weights (37.7 MB per 512-channel conv, DRAM 39.5 MB per
 # call vs 19.9 MB for F(2x2) and 10.0 MB direct, qemu cache model): bench.emulate's A53 cycle model
 # gives 77.4 / 63.4 ms (F(4x4) / F(2x2)) vs 68.6 ms direct, so 7x7 keeps F(2x2).
