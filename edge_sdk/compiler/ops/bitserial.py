@@ -212,12 +212,10 @@ class CpuSchedule:
     """Per target family. Bipolar (per-term int32 form): `vec` channels x `xt` pixels per tile.
     Unipolar (ops/bitserial_popc.py): uint16 `word`s and accumulators, a tile of pop_xt pixels x
     a_bits planes x pop_bits (32 channels): 2 x 2 x 4 NEON q registers (ld1r, and, cnt, uadalp), 2 x 2
-    x 2 AVX2 ymm. On znver3 (no vector popcount) uint64 words measured the same as uint16; uint8 words
-    with uint8 accumulators over chunks of words (bitserial_popc `popc8`: vpshufb nibble popcount +
-    vpaddb, widened once per chunk) are 10-19% faster per layer than uint16, so x86 packs uint8.
-    chunk_loads: one vector load of each pixel's next words, broadcast by lane (`dup`), instead of a
-    broadcast load per word (aarch64 `ld1r` has no immediate offset: each one also cost an address
-    `sub`); x86's vpbroadcastw takes any address, so it keeps the direct broadcasts.
+    x 2 AVX2 ymm. x86 packs uint8 words, counted in uint8 per chunk of words (bitserial_popc `popc8`):
+    10-19% faster per layer on znver3 than uint16 (uint64 measured the same as uint16).
+    chunk_loads: one vector load of a pixel's next words, each broadcast by lane (`dup`): aarch64's
+    `ld1r` has no immediate offset, so a broadcast load per word also cost an address `sub`.
     """
 
     vec: int

@@ -16,6 +16,9 @@ computed once per pixel tile, outside the output-channel loop. The bound on the 
 popc <= KH*KW*ceil(C/W)*W bits, so uint16 holds any layer with KH*KW*C < 65536 (ResNet's largest
 3x3x512 = 4608).
 
+uint8 words (x86) count bytes in uint8 accumulators over chunks of <= 31 words (`popc8`, at most 8
+per word) and widen once per chunk. The fused epilogue's bitpack is vectorized (`pack_planes`).
+
 Exact for unipolar activations only (a padded tap reads code 0 = the value 0, as in the reference);
 bipolar keeps the per-term form in ops/bitserial.py, whose padded taps are skipped.
 """
