@@ -17,7 +17,8 @@ SMALL = dict(alpha=0.25, resolution=32, classes=10, seed=5)
 
 
 def _net(ab, wb, **kw):
-    return binarized_resnet18(a_bits=ab, w_bits=wb, **(SMALL | kw))
+    """The integer stem unless a test asks otherwise (the CLI default, float32, is covered by its own tests)."""
+    return binarized_resnet18(a_bits=ab, w_bits=wb, **(SMALL | {"stem": "int8"} | kw))
 
 
 def _run_vm(ex, params, x):
@@ -183,10 +184,18 @@ def test_cli_compile_and_run_w1a2(tmp_path, capsys):
     rows = [r for r in m["layers"] if r["op"] == "bitserial_conv2d"]
     assert len(rows) == 19  # 8 blocks x 2 convs + 3 downsample shortcuts
     assert all(r["flops"] > 0 and r["bytes_read"] > 0 and 0 < r["glue"]["share_est"] < 1 for r in rows)
-    assert [r["op"] for r in m["layers"]][:3] == ["quantize", "conv2d", "max_pool2d"] and m["layers"][-2]["op"] == "dense"
-    assert m["variant_info"]["stem"] == "int8" and m["layers"][1]["precision"] == "int8"
-    # --profile charges each stem kernel to its own row, not to the first binary conv
-    assert [r["kernels"][0]["name"] for r in m["layers"][:3]] == [
+    # the default stem is float32 (models/binarized.py DEFAULT_STEM): conv + max pool, then quantize+pack
+    assert [r["op"] for r in m["layers"]][:2] == ["conv2d", "max_pool2d"] and m["layers"][-2]["op"] == "dense"
+    assert m["variant_info"]["stem"] == "float32"
+    assert [r["kernels"][0]["name"] for r in m["layers"][:2]] == ["edge_conv_0", "edge_pool_1"]
+
+
+def test_int8_stem_rows_have_their_own_kernels():
+    """--profile charges each integer-stem kernel to its own row, not to the first binary conv."""
+    net = _net(2, 1)
+    _, _, rows = compile_binarized(net, get_target("host"), glue="fused")
+    assert [r["op"] for r in rows][:3] == ["quantize", "conv2d", "max_pool2d"] and rows[1]["precision"] == "int8"
+    assert [r["kernels"][0]["name"] for r in rows[:3]] == [
         "edge_stem_quantize", "edge_stem_conv_i8", "edge_stem_pool_pack"]
 
 

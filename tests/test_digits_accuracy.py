@@ -26,8 +26,9 @@ MEASURED = {
 }
 SLACK = 2 / 360  # two images
 # MEASURED is the training-time table (tools/train_digits.py: the binarized nets were trained with the float
-# stem, and stem="float32" compiles exactly that). The default integer stem (int8 input and weights,
-# models/binarized.py) is a post-training quantization of the stem: measured here on the host, compiled.
+# stem, and stem="float32" compiles exactly that). The integer stem (stem="int8": int8 input and weights,
+# models/binarized.py; selectable, not the default) is a post-training quantization of the stem: measured here on
+# the host, compiled.
 MEASURED_INT8_STEM = {
     "w1a2 fused": 0.9500,
     "w1a2 unfused": 0.9500,

@@ -1,7 +1,7 @@
 """Binarized zoo networks (Riptide layout): how a float zoo model becomes a bitserial network.
 
 ResNet18 (the zoo's `_resnet18`, same names, same seeded weights or .npz):
-  stem    (stem="int8", the default) integer only, straight to codes: the input is quantized to int8
+  stem    (stem="int8", selectable; DEFAULT_STEM says why float32 is the default) integer only, straight to codes: the input is quantized to int8
           (scale 1/128, zero point 0: the golden 1/128 grid exactly; +1.0 saturates to 127/128), conv1's
           BN-folded weights to int8 per output channel (symmetric, max|w| -> 127) with an int32 bias on the
           accumulator's grid; int32 accumulation; the epilogue is the int8 backend's: TFLite's fixed-point
@@ -14,7 +14,7 @@ ResNet18 (the zoo's `_resnet18`, same names, same seeded weights or .npz):
           the float stem stays selectable. On the A53 proxy it runs about as many instructions as the
           float stem (tools/count_stem.py: 48.3 M vs 48.4 M at 224): without sdot an int8 MAC is a
           16-bit smlal, 4 per instruction like fp32 fmla.
-          (stem="float32") conv1 + BN + ReLU in float32, max pool (float), then quantize floor(y/step + 1/2).
+          (stem="float32", the default) conv1 + BN + ReLU in float32, max pool (float), then quantize floor(y/step + 1/2).
           Its BN-folded weights are snapped per output channel to m * 2^-e with |m| <= 511 and its bias to
           the grid 2^-(7+e): with an input on the 1/128 grid (the golden input) every partial sum is exact
           in float32 whatever the summation order, so the compiled stem's codes equal the reference's.
@@ -62,6 +62,10 @@ from edge_sdk.quant.glue import FusedGlue, GlueParams, derive_fused_glue, flip_w
 INPUT_GRID_BITS = 7  # the golden input is k / 128
 STEM_INPUT_SCALE, STEM_INPUT_ZERO_POINT = 2.0 ** -INPUT_GRID_BITS, 0  # the integer stem's int8 input
 STEMS = ("int8", "float32")
+# float32 by default: on the A53 proxy the integer stem runs as many instructions (no sdot: an int8 MAC is a
+# 16-bit smlal, 4 per instruction like fmla), on x86 it is slower (generic int8 conv path), and as a
+# post-training quantization of a stem trained in float it cost 5 of 360 digits images (w1a2).
+DEFAULT_STEM = "float32"
 STEM_WEIGHT_BITS = 9  # |m| <= 511: 147 taps * 128 * 511 < 2^24, exact in float32
 
 
@@ -248,7 +252,7 @@ def _bin_conv(w: _Weights, name: str, in_shape, cout: int, k: int, stride: int, 
 
 def binarized_resnet18(*, alpha: float, resolution: int, classes: int, a_bits: int, w_bits: int,
                        weights: Path | None = None, seed: int = 0, shiftnorm: bool = True,
-                       stem: str = "int8") -> BinarizedNet:
+                       stem: str = DEFAULT_STEM) -> BinarizedNet:
     """The zoo's ResNet18 (same weight names and seeded draw order) in the Riptide layout."""
     if a_bits not in (1, 2, 3) or w_bits not in (1, 2):
         raise ModelError(f"binarized resnet18: w{w_bits}a{a_bits} is not supported (weights 1-2 bits, activations 1-3)")
@@ -290,7 +294,7 @@ def binarized_resnet18(*, alpha: float, resolution: int, classes: int, a_bits: i
 
 def binarized_mobilenet_v1(*, alpha: float, resolution: int, classes: int, a_bits: int, w_bits: int,
                            weights: Path | None = None, seed: int = 0, shiftnorm: bool = True,
-                           stem: str = "int8") -> BinarizedNet:
+                           stem: str = DEFAULT_STEM) -> BinarizedNet:
     """The zoo's MobileNetV1 with bitserial pointwise convs and float depthwise ones (module docstring)."""
     if a_bits not in (1, 2, 3) or w_bits not in (1, 2):
         raise ModelError(f"binarized mobilenet_v1: w{w_bits}a{a_bits} is not supported (weights 1-2 bits, activations 1-3)")
@@ -334,7 +338,7 @@ BUILDERS = {"resnet18": binarized_resnet18, "mobilenet_v1": binarized_mobilenet_
 
 
 def binarize(model, *, a_bits: int, w_bits: int, polarity: str = "unipolar", shiftnorm: bool = True,
-             stem: str = "int8") -> BinarizedNet:
+             stem: str = DEFAULT_STEM) -> BinarizedNet:
     """The binarized counterpart of a zoo Model (its source says which weights: .npz or seed)."""
     if polarity != "unipolar":
         raise ModelError(f"binarized networks: polarity '{polarity}' is not built (ReLU networks are unipolar; "
