@@ -99,12 +99,13 @@ def _stats(lat: list[float]) -> dict:
 
 
 def _compiler_digest() -> str:
-    """The compiler's sources and the tuning records compile applies by default (shipped and the user's)."""
+    """The compiler's, model builders' and quantizers' sources and the tuning records compile applies by default (shipped and the user's)."""
     from edge_sdk.tuning.store import records_digest
 
     h = hashlib.sha256()
-    for p in sorted(_COMPILER_DIR.rglob("*.py")):
-        h.update(p.relative_to(_COMPILER_DIR).as_posix().encode() + b"\0" + p.read_bytes())
+    root = _COMPILER_DIR.parent  # models/ and quant/ shape packages too (binarized layouts, stems, goldens)
+    for p in sorted(q for d in ("compiler", "models", "quant") for q in (root / d).rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes())
     h.update(b"tuning\0" + records_digest().encode())
     return h.hexdigest()[:16]
 
