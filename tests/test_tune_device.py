@@ -234,10 +234,13 @@ def test_tune_tir_runs_through_the_device_runner(loop, host, tmp_path):
     runner = make_device_runner(device=dev.name, fleet=fleet.fleet_yaml, target=host, known_hosts=kh,
                                 number=2, repeat=2, min_repeat_ms=1, threads=1, timeout_s=60)
     builder = _builder(host)
+    from edge_sdk.tune.session import metaschedule_logging
+
     try:
-        db = ms.tune_tir(tvm.IRModule({"main": _matmul()}), host.tvm_target(), str(tmp_path / "work"), 4,
-                         num_trials_per_iter=2, builder=builder, runner=runner, strategy="replay-trace",
-                         num_tuning_cores=1, seed=1)
+        with metaschedule_logging():  # as edge-sdk tune calls it (pytest's unnamed log handlers otherwise break it)
+            db = ms.tune_tir(tvm.IRModule({"main": _matmul()}), host.tvm_target(), str(tmp_path / "work"), 4,
+                             num_trials_per_iter=2, builder=builder, runner=runner, strategy="replay-trace",
+                             num_tuning_cores=1, seed=1)
     finally:
         runner.close()
     records = db.get_all_tuning_records()

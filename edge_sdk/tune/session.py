@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +34,25 @@ POPULATION = 128
 GENETIC_ITERS = 2
 TRIALS_PER_ITER = 8  # a batch is also the unit an interrupted search loses at most
 MARGIN = 0.03  # a tuned schedule must be this much faster than ours to be kept (timing noise)
+
+
+@contextmanager
+def metaschedule_logging():
+    """Quiet MetaSchedule's console (its log files under the work dir keep the detail) for one tune.
+
+    MetaSchedule 0.27 re-runs logging.dictConfig on every tune and lists the logger's current handlers by
+    name in it: a handler without a name (pytest's LogCaptureHandler, an application's own) makes it fail
+    with "'NoneType' object has no attribute 'format'". Unnamed handlers are detached for the call."""
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    logger.setLevel(logging.WARNING)
+    unnamed = [h for h in logger.handlers if h.get_name() is None]
+    for h in unnamed:
+        logger.removeHandler(h)
+    try:
+        yield
+    finally:
+        for h in unnamed:
+            logger.addHandler(h)
 
 
 @dataclass
@@ -146,13 +166,13 @@ def _tune_one(wl: Workload, index: int, total: int, target, *, trials, out_root,
     tvm_target = target.tvm_target()
     if done < trials:
         left = trials - done
-        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # its log files keep the detail
-        ms.tune_tir(mod, tvm_target, str(wdir), max_trials_global=left, num_trials_per_iter=min(left, TRIALS_PER_ITER),
-                    builder=measurer.builder, runner=measurer.runner, database=db,
-                    strategy=ms.search_strategy.EvolutionarySearch(population_size=POPULATION,
-                                                                   genetic_num_iters=GENETIC_ITERS),
-                    measure_callbacks=[*MeasureCallback.create("default"), _BatchCallback(events)],
-                    num_tuning_cores=1, seed=seed + done)
+        with metaschedule_logging():
+            ms.tune_tir(mod, tvm_target, str(wdir), max_trials_global=left, num_trials_per_iter=min(left, TRIALS_PER_ITER),
+                        builder=measurer.builder, runner=measurer.runner, database=db,
+                        strategy=ms.search_strategy.EvolutionarySearch(population_size=POPULATION,
+                                                                       genetic_num_iters=GENETIC_ITERS),
+                        measure_callbacks=[*MeasureCallback.create("default"), _BatchCallback(events)],
+                        num_tuning_cores=1, seed=seed + done)
     done = len(db)
     best = db.get_top_k(db.commit_workload(mod), 1)
     events.stage("timing ours against the best candidate")
