@@ -16,7 +16,9 @@ RNG = np.random.default_rng(77)
 
 
 def _net(ab=2, wb=1, **kw):
-    return binarized_resnet18(a_bits=ab, w_bits=wb, **(dict(alpha=0.25, resolution=32, classes=10, seed=5) | kw))
+    # the integer stem is what this file tests (the default stem is float32: models/binarized.py DEFAULT_STEM)
+    return binarized_resnet18(a_bits=ab, w_bits=wb, **(dict(alpha=0.25, resolution=32, classes=10, seed=5,
+                                                            stem="int8") | kw))
 
 
 # ---- plain numpy, independent of quant/int8.py --------------------------------------------------
@@ -197,7 +199,7 @@ def test_compiled_packed_stem_unpacks_to_the_codes():
 def test_compiled_mobilenet_stem_values():
     from edge_sdk.targets import get_target
 
-    net = binarized_mobilenet_v1(a_bits=2, w_bits=1, alpha=0.25, resolution=32, classes=10, seed=5)
+    net = binarized_mobilenet_v1(a_bits=2, w_bits=1, alpha=0.25, resolution=32, classes=10, seed=5, stem="int8")
     x = golden_input(net.input_shape, seed=9)
     got = _run(*_compile_stem(net, get_target("host"), "values"), x)
     np.testing.assert_array_equal(got, plain_stem(net, x) * net.step)
