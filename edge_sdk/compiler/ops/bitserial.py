@@ -256,10 +256,10 @@ def schedule_conv2d(func, *, arch: str):
     conv = sch.get_sblock("conv")
     _, _, ow, o = (int(v) for v in sch.get(conv).writes[0].source.shape)
     xt = _divisor(ow, cfg.xt)
-    if _has_block(sch, "pad"):  # unipolar with padding: a cheap pass over the small packed input
+    if popc.has_block(sch, "pad"):  # unipolar with padding: a cheap pass over the small packed input
         pl = sch.get_loops(sch.get_sblock("pad"))
         sch.parallel(sch.fuse(pl[0], pl[1]))
-    if _has_block(sch, "popc"):  # unipolar: raw popcounts per bit-plane pair, combined late
+    if popc.has_block(sch, "popc"):  # unipolar: raw popcounts per bit-plane pair, combined late
         lanes = cfg.pop_bits // int(str(sch.get(sch.get_sblock("popc")).writes[0].source.dtype)[4:])
         xt = _divisor(ow, cfg.pop_xt)
         lanes *= cfg.pop_xt // xt  # a prime width (7) gets 1-pixel tiles: widen the channel group instead
@@ -267,11 +267,11 @@ def schedule_conv2d(func, *, arch: str):
         if pa * pw == 1 and xt == cfg.pop_xt:  # one plane pair (w1a1): twice the channels, the same
             # accumulator count per tile (2 x 1 x 8 q registers); 1-pixel tiles are already widened
             lanes *= 2
-        if _has_block(sch, "pack"):
+        if popc.has_block(sch, "pack"):
             popc.schedule_fused(sch, xt=xt, lanes=lanes, chunks=cfg.chunk_loads)
         else:
             popc.schedule_int32(sch, xt=xt, lanes=lanes, chunks=cfg.chunk_loads)
-    elif _has_block(sch, "pack"):
+    elif popc.has_block(sch, "pack"):
         _schedule_fused(sch, conv, o=o, xt=xt, cfg=cfg)
     else:
         _schedule_int32(sch, conv, o=o, xt=xt, cfg=cfg)
@@ -343,14 +343,6 @@ def _red_extents(sch, blk) -> dict[str, int]:
     return {k: int(iv.dom.extent) for k, iv in zip(("ry", "rx", "rc", "ib", "jb"), iters)}
 
 
-def _has_block(sch, name: str) -> bool:
-    from tvm.s_tir.schedule import ScheduleError
-
-    try:
-        sch.get_sblock(name)
-    except ScheduleError:
-        return False
-    return True
 
 
 def schedule_dense(func, *, arch: str):

@@ -169,7 +169,7 @@ def named_loops(sch, blk, *, skip: int, extents: dict[str, int]) -> dict:
     return dict(zip(names, loops))
 
 
-def _has_block(sch, name: str) -> bool:
+def has_block(sch, name: str) -> bool:
     from tvm.s_tir.schedule import ScheduleError
 
     try:
@@ -217,7 +217,7 @@ def _schedule_popc(sch, *, skip: int, xt: int, fext: int, lanes: int, vectorize:
         sch.unroll(loop)
     if fi is not None and vectorize:
         sch.vectorize(fi)
-    if _has_block(sch, "popc8"):
+    if has_block(sch, "popc8"):
         _schedule_popc8(sch, parent=red[-1] if red else (fo if fo is not None else sch.get_loops(popc)[skip - 1]),
                         xt=xt, fext=fext if fi is None else int(sch.get(fi).extent), fo=fo, vectorize=vectorize)
     elif chunks and vectorize and "rc" in lp:
@@ -313,7 +313,7 @@ def schedule_fused(sch, *, xt: int, lanes: int, chunks: bool = False) -> None:
     pxo, pxi = sch.split(px, [None, xt])
     pwo, pwi = sch.split(pw, [None, group])
     sch.reorder(pn, py, pxo, pwo, pwi, pxi, pb, pk)
-    planes = _has_block(sch, "bits")  # pack_planes: whole words, a vector bitpack
+    planes = has_block(sch, "bits")  # pack_planes: whole words, a vector bitpack
     if not planes:
         sch.unroll(pk)
     sch.parallel(sch.fuse(pn, py))
