@@ -22,6 +22,13 @@ def sel(cond, a, b):
     return tirx.Select(cond, i64(a), i64(b))
 
 
+def round_half_away(v):
+    """float32 round half away from zero (TFLite's QUANTIZE rounding, std::round), as trunc + a select."""
+    t = tirx.trunc(v)
+    step = tirx.Select(v > 0, tirx.const(1.0, "float32"), tirx.const(-1.0, "float32"))
+    return t + tirx.Select(tirx.abs(v - t) >= tirx.const(0.5, "float32"), step, tirx.const(0.0, "float32"))
+
+
 def trunc_div_pot(v, bits: int):
     """C division by 2**bits (toward zero)."""
     return sel(v >= i64(0), v >> i64(bits), -((-v) >> i64(bits)))

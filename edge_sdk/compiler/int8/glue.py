@@ -177,10 +177,7 @@ def quantize(shape, *, scale: float, zero_point: int, name: str) -> Kernel:
     x = te.placeholder(shape, "float32", name="x")
 
     def f(*i):
-        v = x(*i) / tirx.const(float(np.float32(scale)), "float32")
-        t = tirx.trunc(v)
-        step = tirx.Select(v > 0, tirx.const(1.0, "float32"), tirx.const(-1.0, "float32"))
-        r = t + tirx.Select(tirx.abs(v - t) >= tirx.const(0.5, "float32"), step, tirx.const(0.0, "float32"))
+        r = fp.round_half_away(x(*i) / tirx.const(float(np.float32(scale)), "float32"))
         return fp.clamp_int8(r.astype("int64") + fp.i64(zero_point))
 
     return _done([x, te.compute(shape, f, name="out")], name, [], shape)

@@ -22,6 +22,17 @@ import numpy as np
 from edge_sdk.errors import CompileError
 
 
+def _quantized(v, zero_point: int):
+    """TFLite's QUANTIZE of a float32 value onto the int8 grid, still in float32: round half away from zero
+    (the int8 backend's rounding), plus the zero point, clamped to [-128, 127]."""
+    from tvm import tirx
+
+    from edge_sdk.compiler.int8.fixedpoint import round_half_away
+
+    r = round_half_away(v) + tirx.const(float(zero_point), "float32")
+    return tirx.max(tirx.min(r, tirx.const(127.0, "float32")), tirx.const(-128.0, "float32"))
+
+
 def quantize_prim_func(shape, *, scale: float, zero_point: int, name: str):
     """float32 NHWC -> int8: TFLite's round half away from zero of x / scale, + zero point, clamp."""
     from tvm import s_tir, te, tirx
@@ -32,14 +43,7 @@ def quantize_prim_func(shape, *, scale: float, zero_point: int, name: str):
     inv = tirx.const(float(np.float32(scale)), "float32")
 
     def f(*i):
-        v = x(*i) / inv
-        t = tirx.trunc(v)
-        r = t + tirx.Select(tirx.abs(v - t) >= tirx.const(0.5, "float32"),
-                            tirx.Select(v > 0, tirx.const(1.0, "float32"), tirx.const(-1.0, "float32")),
-                            tirx.const(0.0, "float32"))
-        r = tirx.max(tirx.min(r + tirx.const(float(zero_point), "float32"), tirx.const(127.0, "float32")),
-                     tirx.const(-128.0, "float32"))
-        return r.astype("int8")
+        return _quantized(x(*i) / inv, zero_point).astype("int8")
 
     out = te.compute(tuple(shape), f, name="quantize")
     sch = s_tir.Schedule(te.create_prim_func([x, out]))
@@ -65,13 +69,7 @@ def quantize_pad_prim_func(shape, *, scale: float, zero_point: int, pads, name: 
     inv = tirx.const(float(np.float32(scale)), "float32")
 
     def f(a, y, z, k):
-        v = x[a, y - pt, z - pl, k] / inv
-        t = tirx.trunc(v)
-        r = t + tirx.Select(tirx.abs(v - t) >= tirx.const(0.5, "float32"),
-                            tirx.Select(v > 0, tirx.const(1.0, "float32"), tirx.const(-1.0, "float32")),
-                            tirx.const(0.0, "float32"))
-        r = tirx.max(tirx.min(r + tirx.const(float(zero_point), "float32"), tirx.const(127.0, "float32")),
-                     tirx.const(-128.0, "float32"))
+        r = _quantized(x[a, y - pt, z - pl, k] / inv, zero_point)
         inside = tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl)
         return tirx.if_then_else(inside, r.astype("int16"), tirx.const(zero_point, "int16"))
 
@@ -87,7 +85,7 @@ def conv_rows_gemm(xp_shape, w_hwio: np.ndarray, bias, *, mult, shift, stride: i
     step, its schedule and epilogue) on an input already quantized, padded and widened to int16: a row
     tile of 8 pixels never crosses an image row (OW % 8 == 0), so the im2col gather has no bounds checks
     and no per-element index division. Returns (func, consts, (M, COpad)). Arguments as gemm.conv_gemm."""
-    from tvm import s_tir, te, tirx
+    from tvm import s_tir, te
 
     from edge_sdk.compiler.int8 import fixedpoint as fp
     from edge_sdk.compiler.int8 import gemm
