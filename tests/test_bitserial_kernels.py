@@ -1,4 +1,4 @@
-"""The unipolar popc kernel's code paths (ops/bitserial_popc.py) against the numpy reference, exactly:
+"""The unipolar popc kernel's code paths (bitserial/popc.py) against the numpy reference, exactly:
 the vector bitpack epilogue (pack_planes + its tensor intrinsic, every word type) and the chunked
 activation loads (one vector load per pixel, lanes broadcast), the uint8-word byte-count chunks (popc8), on the host and
 for pi3 under qemu."""
@@ -13,7 +13,7 @@ from edge_sdk.quant import bitserial as bs, glue as g
 from edge_sdk.targets import get_target
 
 tvm = pytest.importorskip("tvm")
-from edge_sdk.compiler.ops import bitserial as ops  # noqa: E402
+from edge_sdk.compiler.bitserial import kernels as ops  # noqa: E402
 
 HOST = get_target("host")
 RNG = np.random.default_rng(11)

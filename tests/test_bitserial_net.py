@@ -11,7 +11,7 @@ from edge_sdk.quant.bitserial_net_ref import run_reference
 from edge_sdk.targets import get_target
 
 tvm = pytest.importorskip("tvm")
-from edge_sdk.compiler.bitserial_net import GOLDEN_TOL, compile_binarized  # noqa: E402
+from edge_sdk.compiler.bitserial.backend import GOLDEN_TOL, compile_binarized  # noqa: E402
 
 SMALL = dict(alpha=0.25, resolution=32, classes=10, seed=5)
 

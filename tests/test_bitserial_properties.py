@@ -20,7 +20,7 @@ from edge_sdk.quant import bitserial as bs, glue as g  # noqa: E402
 from edge_sdk.targets import get_target  # noqa: E402
 
 tvm = pytest.importorskip("tvm")
-from edge_sdk.compiler.ops import bitserial as ops  # noqa: E402
+from edge_sdk.compiler.bitserial import kernels as ops  # noqa: E402
 
 HOST = get_target("host")
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

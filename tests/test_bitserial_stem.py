@@ -1,4 +1,4 @@
-"""The integer stem of the binarized networks (ops/bitserial_stem.py, models/binarized.py, bitserial_net_ref).
+"""The integer stem of the binarized networks (bitserial/stem.py, models/binarized.py, bitserial_net_ref).
 
 Checked against plain numpy written here (int64 loops over the kernel taps, the fixed-point requantize
 spelled out), not against quant/int8.py, which the reference itself uses.
@@ -131,8 +131,8 @@ def _compile_stem(net, target, out, simd=None):
     from tvm import relax
 
     from edge_sdk.compiler.lower import compile_relax
-    from edge_sdk.compiler.ops.bitserial import network_word
-    from edge_sdk.compiler.ops.bitserial_stem import emit_int8_stem
+    from edge_sdk.compiler.bitserial.kernels import network_word
+    from edge_sdk.compiler.bitserial.stem import emit_int8_stem
     from edge_sdk.compiler.ops.common import simd_of
 
     bb = relax.BlockBuilder()

@@ -10,7 +10,7 @@ from edge_sdk.quant import bitserial as bs, glue as g
 from edge_sdk.targets import get_target
 
 tvm = pytest.importorskip("tvm")
-from edge_sdk.compiler.ops import bitserial as ops  # noqa: E402
+from edge_sdk.compiler.bitserial import kernels as ops  # noqa: E402
 
 HOST = get_target("host")
 RNG = np.random.default_rng(7)
@@ -193,7 +193,7 @@ def test_fused_conv2d_adds_residual_in_the_quantized_domain(residual, o, stride,
 
 def test_quantize_pack_and_unpack_ops_match_numpy():
     x = tvm.te.placeholder((1, 3, 5, 40), "float32", name="x")
-    from edge_sdk.compiler.ops import bitserial_io as io
+    from edge_sdk.compiler.bitserial import io
 
     packed = io.quantize_pack_compute(x, bits=3, step=0.25)
     ex = ops.build(tvm.te.create_prim_func([x, packed]), target=HOST)

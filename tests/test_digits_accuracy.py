@@ -41,7 +41,7 @@ BOUNDS = {"float32": MEASURED, "int8": MEASURED_INT8_STEM}
 
 
 def _compile(kind, target, *, glue, stem, shiftnorm=True):
-    from edge_sdk.compiler.bitserial_net import compile_binarized
+    from edge_sdk.compiler.bitserial.backend import compile_binarized
     from edge_sdk.models.binarized import binarized_resnet18
 
     w_bits, a_bits = int(kind[1]), int(kind[3])

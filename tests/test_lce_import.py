@@ -50,7 +50,7 @@ def test_numpy_reference_matches_lce_interpreter(lce_data):
 
 @pytest.mark.parametrize("glue", ["fused", "unfused"])
 def test_compiled_host_matches_lce_interpreter(lce_data, glue):
-    from edge_sdk.compiler.lce_graph import emit_lce
+    from edge_sdk.compiler.bitserial.lce import emit_lce
     from edge_sdk.compiler.lower import compile_relax
 
     path, x, expected = lce_data
@@ -114,7 +114,7 @@ def test_pi3_build_matches_lce_interpreter_under_qemu(lce_data, tmp_path):
     pi3 = get_target("pi3")
     if shutil.which(pi3.cross_cc) is None or shutil.which("qemu-aarch64") is None:
         pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
-    from edge_sdk.compiler.lce_graph import emit_lce
+    from edge_sdk.compiler.bitserial.lce import emit_lce
     from edge_sdk.compiler.lower import compile_relax
     from edge_sdk.runtime.execute import run_compiled
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python tools/bench_bitserial.py [--layers 56,28,14,7] [--ab 2 --wb 1] [--asm DIR]
 
-A developer's loop for the kernels in edge_sdk/compiler/ops/bitserial.py: per-layer host time
+A developer's loop for the kernels in edge_sdk/compiler/bitserial/kernels.py: per-layer host time
 (1 thread, best of 7 process-CPU-time means) and the binary GOPS it reaches, and with --asm the aarch64 .so
 and its disassembly, to look for `cnt`/`uadalp` and spills in the inner loop.
 """
@@ -49,7 +49,7 @@ def main() -> None:
     os.environ.setdefault("TVM_NUM_THREADS", "1")
     import tvm
 
-    from edge_sdk.compiler.ops import bitserial as ops
+    from edge_sdk.compiler.bitserial import kernels as ops
     from edge_sdk.targets import get_target
 
     host, pi3 = get_target("host"), get_target("pi3")
@@ -123,7 +123,7 @@ def a53_count(spec: dict) -> float:
     from tvm import relax
 
     from edge_sdk.bench.emulate import count_runner
-    from edge_sdk.compiler.ops import bitserial as ops
+    from edge_sdk.compiler.bitserial import kernels as ops
     from edge_sdk.targets import get_target
 
     pi3 = get_target("pi3")

@@ -4,7 +4,7 @@
 
 Why: the whole-network count (edge-sdk bench --emulate pi3) does not split by layer, and --profile under
 qemu times emulation, not an A53. This compiles only the stem the network emitter writes (the same
-code as in the package: bitserial_graph._Emitter.stem) for pi3, and counts it with the bench's counter
+code as in the package: bitserial.graph._Emitter.stem) for pi3, and counts it with the bench's counter
 (edge_sdk.bench.emulate.count_runner: (K=3 - K=1) / 2, deterministic).
 """
 from __future__ import annotations
@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def stem_module(net, *, arch: str, glue: str, upto: str | None = None):
     """The stem as emitted into a network; upto="quantize"|"conv1": the integer stem's module cut after
-    that kernel (the binding names of ops/bitserial_stem.emit_int8_stem), to split the count."""
+    that kernel (the binding names of bitserial/stem.emit_int8_stem), to split the count."""
     from tvm import relax
 
-    from edge_sdk.compiler.bitserial_graph import _Emitter
+    from edge_sdk.compiler.bitserial.graph import _Emitter
 
     em = _Emitter(net, arch=arch, glue=glue)
     x = relax.Var("input", relax.TensorType(net.input_shape, "float32"))

@@ -111,7 +111,7 @@ def tuning_records(target: Target, *, use: bool = True, extra: list[Path] = ()):
 BACKENDS: dict[str, str] = {
     "float": "edge_sdk.compiler.build:lower_float",
     "int8": "edge_sdk.compiler.int8.backend:lower_int8",
-    "bitserial": "edge_sdk.compiler.bitserial_net:lower_bitserial",
+    "bitserial": "edge_sdk.compiler.bitserial.backend:lower_bitserial",
 }
 
 

@@ -78,7 +78,7 @@ def compile_int8(target):
 
 
 def compile_binarized_kind(kind: str, target, *, glue: str, shiftnorm: bool = True):
-    from edge_sdk.compiler.bitserial_net import compile_binarized
+    from edge_sdk.compiler.bitserial.backend import compile_binarized
 
     ex, params, _ = compile_binarized(binarized_net(kind, shiftnorm=shiftnorm), target, glue=glue)
     return ex, params

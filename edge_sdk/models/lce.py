@@ -2,7 +2,7 @@
 
     read_lce(path) -> LceGraph        the op list, constant tensors, options (flexbuffers) parsed
     run_reference(graph, x) -> y      the network in plain numpy (the golden output of a package)
-    load_lce(path) -> Model           what compile_model takes (variant w1a1; compiler/lce_graph.py lowers it)
+    load_lce(path) -> Model           what compile_model takes (variant w1a1; compiler/bitserial/lce.py lowers it)
 
 LCE's semantics (read from larq/compute-engine, core/bconv2d/*.h, tflite/kernels/bconv2d.cc):
   packing     int32 words along channels, channel c at bit c % 32 of word c // 32 (LSB first); bit 1 means
@@ -333,7 +333,7 @@ def _value(g: LceGraph, env: dict, i: int):
 
 def load_lce(path: Path) -> Model:
     """A Model whose `mod` is the imported graph (unscheduled kernels; the layer table reads it)."""
-    from edge_sdk.compiler.lce_graph import emit_lce
+    from edge_sdk.compiler.bitserial.lce import emit_lce
     from edge_sdk.models.importers import _stem
 
     g = read_lce(path)

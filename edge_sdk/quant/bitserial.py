@@ -1,6 +1,6 @@
 """Bitserial numerics in plain numpy: the truth that compiled kernels are tested against.
 
-Conventions (the compiled ops in `edge_sdk.compiler.ops.bitserial` follow them exactly):
+Conventions (the compiled ops in `edge_sdk.compiler.bitserial.kernels` follow them exactly):
 
 Codes and values
   Every low-bit tensor is stored as unsigned integer *codes* u in {0 .. 2^b - 1}. What a code means

@@ -5,7 +5,7 @@
 
 Mapping (bit convention: ours, bit 1 = +1; LCE's is the opposite, see models/lce.py):
   LceQuantize     sign-pack TE compute: code = (x >= 0), bitpacked to (N, H, W, ceil(C/32), 1) uint32
-  LceBconv2d      our bipolar 1x1-bit conv (ops/bitserial.py), pad_value = LCE's pad_values, weights
+  LceBconv2d      our bipolar 1x1-bit conv (bitserial/kernels.py), pad_value = LCE's pad_values, weights
                   unpacked from LCE's OHWI words and repacked in our layout.
                   float output: int32 v, then clamp (fused activation), * multiplier + bias (float ops)
                   bitpacked output (thresholds): code 1 iff v >= T, T = K - 2 * threshold; with glue
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_sdk.compiler.ops import bitserial as ops, bitserial_io as io
+from edge_sdk.compiler.bitserial import io, kernels as ops
 from edge_sdk.errors import CompileError, UsageError
 from edge_sdk.models.lce import ACTIVATIONS, LceGraph, bconv_geometry, pads
 from edge_sdk.quant.bitserial import pack_conv_weights

@@ -137,7 +137,7 @@ def pool_out_prim_func(codes_shape, *, grid, channels: int, pool: int, stride: i
     """
     from tvm import s_tir, te, tirx
 
-    from edge_sdk.compiler.ops.bitserial import bitpack
+    from edge_sdk.compiler.bitserial.kernels import bitpack
     from edge_sdk.compiler.ops.common import finish
 
     n, h, w = grid
@@ -207,7 +207,7 @@ def emit_int8_stem(bb, x, net, *, simd, word: str, out: str = "packed"):
     from tvm import relax
 
     from edge_sdk.compiler.int8 import kernels
-    from edge_sdk.compiler.ops.bitserial import WORD_BITS
+    from edge_sdk.compiler.bitserial.kernels import WORD_BITS
     from edge_sdk.quant.int8 import _pads
 
     s, qmax = net.stem, (1 << net.a_bits) - 1

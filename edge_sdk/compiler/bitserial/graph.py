@@ -6,10 +6,10 @@
 (codes, scores): what tests compare exactly against the reference (packages return "scores").
 
 The integer stem (the default, net.stem.integer: int8 input, the int8 backend's conv with its epilogue
-onto the a-bit codes, max pool on the codes, bitpack; ops/bitserial_stem.py) is call_tir to scheduled
+onto the a-bit codes, max pool on the codes, bitpack; bitserial/stem.py) is call_tir to scheduled
 integer kernels; the float stem (stem="float32": conv + bias + ReLU, max pool) and the head (dense +
 softmax) stay high-level Relax ops, so `compile_relax` hands them to the float path's kernels (ops/fuse.py). Every bitserial conv is a
-call_tir to a PrimFunc from ops/bitserial.py scheduled for `arch` and marked opaque/scheduled, so no
+call_tir to a PrimFunc from bitserial/kernels.py scheduled for `arch` and marked opaque/scheduled, so no
 later pass merges or reschedules it. Weights are numpy-packed constants (lifted to params later).
 
 fused:   quantize+bitpack after the stem; each conv's glue (and the block's residual add) and the
@@ -17,14 +17,14 @@ fused:   quantize+bitpack after the stem; each conv's glue (and the block's resi
 unfused: each conv writes int32 accumulators; the glue is separate float ops (to float, scale,
          bias, floor, add shortcut, clip, to int) and a separate bitpack, each its own kernel that
          reads and writes a whole tensor (Riptide's unfused layers), each scheduled (parallel rows,
-         vectorized channels, ops/bitserial_io.py) and opaque to FuseOps: fused vs unfused measures
+         vectorized channels, bitserial/io.py) and opaque to FuseOps: fused vs unfused measures
          fusion, not TVM's default loops. The float codes of a block input are kept for its shortcut.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from edge_sdk.compiler.ops import bitserial as ops, bitserial_io as io
+from edge_sdk.compiler.bitserial import io, kernels as ops
 from edge_sdk.errors import CompileError
 from edge_sdk.models.binarized import DwPw
 from edge_sdk.quant.bitserial import pack_conv_weights
@@ -85,7 +85,7 @@ class _Emitter:
         return [self.const(v, "int32") for v in (g.lshift, g.offset, g.rshift)]
 
     def glue_op(self, kind: str, x, *others, clip_max: float | None = None):
-        """One unfused glue op as its own scheduled kernel (ops/bitserial_io.glue_op_prim_func)."""
+        """One unfused glue op as its own scheduled kernel (bitserial/io.glue_op_prim_func)."""
         relax = self.relax
         args = [x, *others]
         shapes = [[int(d) for d in a.ty.shape] for a in args]
@@ -123,9 +123,9 @@ class _Emitter:
 
     # -- the network --------------------------------------------------------------------------
     def int8_stem(self, x):
-        """The integer stem (ops/bitserial_stem.py): packed codes (fused), packed + float codes for the
+        """The integer stem (bitserial/stem.py): packed codes (fused), packed + float codes for the
         first shortcut (unfused), or dequantized values (MobileNet's first depthwise)."""
-        from edge_sdk.compiler.ops.bitserial_stem import emit_int8_stem
+        from edge_sdk.compiler.bitserial.stem import emit_int8_stem
 
         simd = self.simd
         if simd is None:

@@ -7,7 +7,7 @@
    variant's bit widths.
 2. quant/bitserial_net_ref.py computes the golden output in plain numpy on a 1/128-grid input, so the
    integer part of a correct build (stem included) matches it exactly and the float head within 1e-4.
-3. bitserial_graph.py emits the Relax module; compile_relax (lower.py) schedules the float head (and a
+3. bitserial/graph.py emits the Relax module; compile_relax (lower.py) schedules the float head (and a
    float stem, when selected) with the float kernels, lifts every weight to p0000... and builds.
 4. The manifest's layer table gets one "bitserial_conv2d" row per binary conv: binary ops, bytes, and
    the glue's estimated share of the layer's work (an op count, not a timing).
@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from edge_sdk.compiler.ops.bitserial import WORD_BITS
+from edge_sdk.compiler.bitserial.kernels import WORD_BITS
 from edge_sdk.errors import CompileError
 
 GOLDEN_TOL = 1e-4  # the float head (avg pool, dense, softmax) in float32 vs the float64 reference
@@ -26,10 +26,10 @@ GOLDEN_TOL = 1e-4  # the float head (avg pool, dense, softmax) in float32 vs the
 
 def compile_binarized(net, target, *, glue: str = "fused", output: str = "scores", progress=None):
     """(executable, params, layer rows) for a BinarizedNet on an edge_sdk Target."""
-    from edge_sdk.compiler.bitserial_graph import emit_network
+    from edge_sdk.compiler.bitserial.graph import emit_network
     from edge_sdk.compiler.layers import layer_table
     from edge_sdk.compiler.lower import compile_relax
-    from edge_sdk.compiler.ops.bitserial import network_word
+    from edge_sdk.compiler.bitserial.kernels import network_word
 
     from edge_sdk.compiler.ops.common import simd_of
 
@@ -111,7 +111,7 @@ def lower_bitserial(model, variant, target, *, progress, seed: int):
     if variant.glue not in ("fused", "unfused"):
         raise CompileError(f"variant '{variant.name}': glue mode {variant.glue!r} is not 'fused' or 'unfused'")
     if model.options.get("format") == "lce":  # a Larq Compute Engine model: binary already
-        from edge_sdk.compiler.lce_graph import lower_lce
+        from edge_sdk.compiler.bitserial.lce import lower_lce
 
         return lower_lce(model, variant, target, progress=progress, seed=seed)
     net = binarize(model, a_bits=variant.activation_bits, w_bits=variant.weight_bits,

@@ -5,7 +5,7 @@ default lowering, as they touch each activation once.
 """
 from __future__ import annotations
 
-from edge_sdk.compiler.ops.bitserial import WORD_BITS, bitpack
+from edge_sdk.compiler.bitserial.kernels import WORD_BITS, bitpack
 
 
 def quantize_pack_compute(x, *, bits: int, step: float, word: str = "uint32"):

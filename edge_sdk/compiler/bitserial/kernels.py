@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edge_sdk.compiler.ops import bitserial_popc as popc
-from edge_sdk.compiler.ops.bitserial_popc import unipolar_conv
+from edge_sdk.compiler.bitserial import popc
+from edge_sdk.compiler.bitserial.popc import unipolar_conv
 from edge_sdk.errors import CompileError
 from edge_sdk.quant.bitserial import MODES, WORD_BITS, conv_out_size, pad4
 
@@ -210,9 +210,9 @@ def dense_compute(*, batch: int, features: int, units: int, a_bits: int, w_bits:
 @dataclass(frozen=True)
 class CpuSchedule:
     """Per target family. Bipolar (per-term int32 form): `vec` channels x `xt` pixels per tile.
-    Unipolar (ops/bitserial_popc.py): uint16 `word`s and accumulators, a tile of pop_xt pixels x
+    Unipolar (bitserial/popc.py): uint16 `word`s and accumulators, a tile of pop_xt pixels x
     a_bits planes x pop_bits (32 channels): 2 x 2 x 4 NEON q registers (ld1r, and, cnt, uadalp), 2 x 2
-    x 2 AVX2 ymm. x86 packs uint8 words, counted in uint8 per chunk of words (bitserial_popc `popc8`):
+    x 2 AVX2 ymm. x86 packs uint8 words, counted in uint8 per chunk of words (popc `popc8`):
     10-19% faster per layer on znver3 than uint16 (uint64 measured the same as uint16).
     chunk_loads: one vector load of a pixel's next words, each broadcast by lane (`dup`): aarch64's
     `ld1r` has no immediate offset, so a broadcast load per word also cost an address `sub`.
