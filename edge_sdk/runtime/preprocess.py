@@ -1,0 +1,221 @@
+"""Image -> model input, the one implementation used on the host and on the device (numpy + stdlib only).
+
+    pre = Preprocess.from_json(manifest["input"]["preprocess"])
+    x = model_input(rgb_uint8_hwc, manifest["input"])     # crop, resize, normalise, layout, quantize
+
+Steps, in order (every one recorded in the package manifest, so a device reproduces the host's input):
+1. center crop: keep the central `crop` fraction of each side (TensorFlow's central_crop arithmetic:
+   start = int((n - n * crop) / 2), size = n - 2 * start); 1.0 keeps the whole image.
+2. resize to (height, width): "bilinear" (default), "area" or "nearest", with Pillow's arithmetic:
+   pixel centres at (i + 0.5) * scale, and when shrinking the filter's support is scaled by the
+   shrink factor (antialiased; "area" is Pillow's BOX filter: an average over each output pixel's
+   footprint). Computed in float32 without Pillow's intermediate uint8 rounding, so it is within one
+   uint8 step of Pillow's uint8 result and equal to Pillow's float ("F" mode) result.
+3. x = (pixel - mean) / std per channel, mean and std in pixel units (0..255), given in R, G, B order.
+4. channel order: "BGR" reverses the channels after normalising.
+5. layout: NHWC or NCHW, batch 1.
+6. integer inputs (int8/uint8 models): q = clip(round(x / scale) + zero_point), dividing in float32
+   and rounding half away from zero, as TFLite's QUANTIZE does.
+
+The runtime bundle ships this file as edge_sdk_runtime/preprocess.py; it must import nothing but numpy.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+RESIZE_METHODS = ("bilinear", "area", "nearest")
+CHANNEL_ORDERS = ("RGB", "BGR")
+LAYOUTS = ("NHWC", "NCHW")
+_SUPPORT = {"bilinear": 1.0, "area": 0.5}
+
+
+class PreprocessError(ValueError):
+    """A preprocessing spec or an image it is applied to is invalid; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How an RGB uint8 image becomes the model input (the module docstring lists the steps)."""
+
+    height: int
+    width: int
+    mean: tuple[float, float, float] = (127.5, 127.5, 127.5)
+    std: tuple[float, float, float] = (127.5, 127.5, 127.5)
+    channel_order: str = "RGB"
+    interpolation: str = "bilinear"
+    crop: float = 1.0
+
+    def __post_init__(self) -> None:
+        if int(self.height) < 1 or int(self.width) < 1:
+            raise PreprocessError(f"preprocess resize: {self.height}x{self.width} is not a positive size")
+        object.__setattr__(self, "mean", _triple("mean", self.mean))
+        object.__setattr__(self, "std", _triple("std", self.std))
+        if any(s <= 0 for s in self.std):
+            raise PreprocessError(f"preprocess std {list(self.std)}: every value must be > 0")
+        if self.channel_order not in CHANNEL_ORDERS:
+            raise PreprocessError(f"preprocess channel_order '{self.channel_order}': expected RGB or BGR")
+        if self.interpolation not in RESIZE_METHODS:
+            raise PreprocessError(f"preprocess interpolation '{self.interpolation}': expected one of "
+                                  f"{', '.join(RESIZE_METHODS)}")
+        if not 0.0 < float(self.crop) <= 1.0:
+            raise PreprocessError(f"preprocess crop {self.crop}: expected a fraction in (0, 1]")
+
+    def to_json(self) -> dict:
+        return {"resize": [int(self.height), int(self.width)], "interpolation": self.interpolation,
+                "crop": float(self.crop), "mean": list(self.mean), "std": list(self.std),
+                "channel_order": self.channel_order}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Preprocess:
+        """From a manifest's input.preprocess. Packages written before "interpolation" existed were made
+        with a nearest-neighbour resize, so a missing key means "nearest"."""
+        try:
+            h, w = (int(v) for v in d["resize"])
+            return cls(h, w, tuple(d.get("mean", (127.5,) * 3)), tuple(d.get("std", (127.5,) * 3)),
+                       d.get("channel_order", "RGB"), d.get("interpolation", "nearest"), float(d.get("crop", 1.0)))
+        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(e, PreprocessError):
+                raise
+            raise PreprocessError(f"manifest input.preprocess {d!r}: {type(e).__name__}: {e}") from e
+
+    def apply(self, image: np.ndarray, *, layout: str = "NHWC") -> np.ndarray:
+        """An (h, w, 3) uint8 RGB image -> (1, H, W, 3) float32 (or (1, 3, H, W) for NCHW)."""
+        if layout not in LAYOUTS:
+            raise PreprocessError(f"layout '{layout}': expected NHWC or NCHW")
+        img = center_crop(as_rgb(image), self.crop)
+        x = resize(img, (int(self.height), int(self.width)), self.interpolation)
+        x = (x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
+        if self.channel_order == "BGR":
+            x = x[..., ::-1]
+        x = x[None]
+        return np.ascontiguousarray(x.transpose(0, 3, 1, 2) if layout == "NCHW" else x, dtype=np.float32)
+
+    def input_range(self) -> tuple[float, float]:
+        """The lowest and highest value any channel can take (pixels 0..255 through the normalisation)."""
+        lows = [(0.0 - m) / s for m, s in zip(self.mean, self.std)]
+        highs = [(255.0 - m) / s for m, s in zip(self.mean, self.std)]
+        return min(lows), max(highs)
+
+
+def _triple(name: str, v) -> tuple[float, float, float]:
+    try:
+        t = tuple(float(x) for x in v)
+    except (TypeError, ValueError) as e:
+        raise PreprocessError(f"preprocess {name} {v!r}: expected three numbers (R, G, B)") from e
+    if len(t) == 1:
+        t = t * 3
+    if len(t) != 3 or not all(math.isfinite(x) for x in t):
+        raise PreprocessError(f"preprocess {name} {list(t)}: expected three finite numbers (R, G, B)")
+    return t
+
+
+def as_rgb(image: np.ndarray) -> np.ndarray:
+    """(h, w) grey, (h, w, 3) RGB or (h, w, 4) RGBA uint8 -> (h, w, 3) uint8."""
+    img = np.asarray(image)
+    if img.dtype != np.uint8:
+        raise PreprocessError(f"image dtype {img.dtype}: expected uint8 pixels")
+    if img.ndim == 2:
+        img = np.repeat(img[..., None], 3, axis=2)
+    if img.ndim != 3 or img.shape[2] < 3 or img.shape[0] < 1 or img.shape[1] < 1:
+        raise PreprocessError(f"image shape {list(img.shape)}: expected (height, width, 3)")
+    return img[..., :3]
+
+
+def center_crop(image: np.ndarray, fraction: float) -> np.ndarray:
+    """The central `fraction` of each side (TensorFlow's central_crop arithmetic)."""
+    if fraction >= 1.0:
+        return image
+    h, w = image.shape[:2]
+    top, left = int((h - h * fraction) / 2), int((w - w * fraction) / 2)
+    return image[top:h - top, left:w - left]
+
+
+def _taps(n_in: int, n_out: int, method: str) -> tuple[np.ndarray, np.ndarray]:
+    """Pillow's resampling coefficients: (indices, weights), both (n_out, K); weights sum to 1 per row."""
+    scale = n_in / n_out
+    if method == "nearest":
+        # floor((i + 0.5) * scale) as Pillow computes it: 0.5 * scale, then scale added once per pixel (in double)
+        steps = np.full(n_out, scale)
+        steps[0] = 0.5 * scale
+        idx = np.minimum(np.add.accumulate(steps).astype(np.int64), n_in - 1)
+        return idx[:, None], np.ones((n_out, 1), np.float32)
+    fscale = max(scale, 1.0)
+    support = _SUPPORT[method] * fscale
+    k = int(math.ceil(support)) * 2 + 1
+    centre = (np.arange(n_out) + 0.5) * scale
+    lo = np.maximum((centre - support + 0.5).astype(np.int64), 0)  # C's (int) cast: truncation
+    hi = np.minimum((centre + support + 0.5).astype(np.int64), n_in)
+    idx = lo[:, None] + np.arange(k)[None, :]
+    d = (idx - centre[:, None] + 0.5) / fscale
+    if method == "bilinear":
+        w = np.clip(1.0 - np.abs(d), 0.0, None)
+    else:  # box: (-0.5, 0.5]
+        w = ((d > -0.5) & (d <= 0.5)).astype(np.float64)
+    w[idx >= hi[:, None]] = 0.0
+    w /= w.sum(axis=1, keepdims=True)
+    return np.minimum(idx, n_in - 1), w.astype(np.float32)
+
+
+def _resample_axis(x: np.ndarray, n_out: int, axis: int, method: str) -> np.ndarray:
+    """Resample float32 `x` along `axis` (0 or 1) to n_out: an explicit sum over taps, in a fixed order,
+    so every machine computes the same float32 values."""
+    n_in = x.shape[axis]
+    if n_in == n_out:
+        return x
+    idx, w = _taps(n_in, n_out, method)
+    out = None
+    for j in range(idx.shape[1]):
+        if axis == 0:
+            term = x[idx[:, j]] * w[:, j, None, None]
+        else:
+            term = x[:, idx[:, j]] * w[None, :, j, None]
+        out = term if out is None else out + term
+    return out
+
+
+def resize(image: np.ndarray, size: tuple[int, int], method: str = "bilinear") -> np.ndarray:
+    """(h, w, C) pixels -> (height, width, C) float32, with Pillow's resampling arithmetic (module docstring).
+
+    Horizontal pass first, then vertical, as Pillow does."""
+    if method not in RESIZE_METHODS:
+        raise PreprocessError(f"resize method '{method}': expected one of {', '.join(RESIZE_METHODS)}")
+    height, width = int(size[0]), int(size[1])
+    x = np.asarray(image)
+    if x.ndim != 3:
+        raise PreprocessError(f"image shape {list(x.shape)}: expected (height, width, channels)")
+    if method == "nearest":  # pure indexing: exact whatever the dtype
+        rows, _ = _taps(x.shape[0], height, "nearest")
+        cols, _ = _taps(x.shape[1], width, "nearest")
+        return x[rows[:, 0]][:, cols[:, 0]].astype(np.float32)
+    x = x.astype(np.float32)
+    return np.ascontiguousarray(_resample_axis(_resample_axis(x, width, 1, method), height, 0, method))
+
+
+def quantize(x: np.ndarray, quantization: dict | None, dtype: str) -> np.ndarray:
+    """float32 -> the model's integer input: q = clip(round(x / scale) + zero_point), dividing in float32
+    and rounding half away from zero (TFLite's QUANTIZE). Float inputs pass through."""
+    if dtype == "float32":
+        return np.asarray(x, np.float32)
+    if dtype not in ("int8", "uint8"):
+        raise PreprocessError(f"input dtype '{dtype}': expected float32, int8 or uint8")
+    if not quantization or "scale" not in quantization or "zero_point" not in quantization:
+        raise PreprocessError(f"the input is {dtype} but the manifest has no input quantization "
+                              "(scale, zero_point)")
+    r = np.asarray(x, np.float32) / np.float32(quantization["scale"])
+    t = np.trunc(r)
+    r = t + np.where(np.abs(r - t) >= 0.5, np.sign(r), 0)
+    info = np.iinfo(dtype)
+    return np.clip(r.astype(np.int64) + int(quantization["zero_point"]), info.min, info.max).astype(dtype)
+
+
+def model_input(image: np.ndarray, spec: dict) -> np.ndarray:
+    """The model's input tensor for `image` from a manifest's "input" entry (preprocess, layout, dtype,
+    quantization): the whole pipeline, as the device runs it."""
+    try:
+        pre, layout, dtype = Preprocess.from_json(spec["preprocess"]), spec.get("layout", "NHWC"), spec["dtype"]
+    except (KeyError, TypeError) as e:
+        raise PreprocessError(f"manifest input {spec!r}: missing {e}") from e
+    return quantize(pre.apply(image, layout=layout), spec.get("quantization"), dtype)
