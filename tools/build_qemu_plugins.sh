@@ -13,16 +13,19 @@
 #   bash tools/build_qemu_plugins.sh              # idempotent; prints the plugin directory
 #   bash tools/build_qemu_plugins.sh --guest-python
 #       also makes $EDGE_SDK_CACHE/qemu-guest: an aarch64 Python 3.11 (Debian bookworm arm64 packages
-#       unpacked with dpkg-deb, no root filesystem, no chroot) with the aarch64 wheels of numpy and
-#       ai-edge-litert 2.3.0 in site/, so the bench can count LiteRT's instructions under the same qemu.
+#       unpacked with dpkg-deb, no root filesystem, no chroot) with the aarch64 wheels of numpy,
+#       ai-edge-litert 2.3.0 and ncnn in site/, so the bench can count LiteRT's and ncnn's instructions
+#       under the same qemu.
 set -euo pipefail
 
 CACHE="${EDGE_SDK_CACHE:-$HOME/.cache/edge-sdk}"
 LITERT_VERSION="2.3.0"
+NCNN_VERSION="1.0.20261020"  # PyPI ncnn: cp311 manylinux_2_28 wheels for aarch64 and x86_64 (pyproject's pin)
 
 guest_python() {
   local guest="$CACHE/qemu-guest" tmp
-  if [[ -f "$guest/.built" && "$(cat "$guest/.built")" == "litert-$LITERT_VERSION" ]]; then
+  local stamp="litert-$LITERT_VERSION ncnn-$NCNN_VERSION"
+  if [[ -f "$guest/.built" && "$(cat "$guest/.built")" == "$stamp" ]]; then
     echo "$guest"; return 0
   fi
   tmp="$(mktemp -d)"
@@ -39,7 +42,10 @@ guest_python() {
   python3 -m pip install -q --no-compile --target "$tmp/root/site" --platform manylinux_2_28_aarch64 --platform manylinux_2_27_aarch64 \
     --platform manylinux_2_17_aarch64 --platform manylinux2014_aarch64 --python-version 3.11 --implementation cp --only-binary=:all: \
     "ai-edge-litert==$LITERT_VERSION" "numpy>=2,<3" >&2
-  echo "litert-$LITERT_VERSION" > "$tmp/root/.built"
+  # ncnn without its dependencies: `import ncnn` needs only numpy (tqdm, requests, portalocker serve its model_zoo).
+  python3 -m pip install -q --no-compile --no-deps --target "$tmp/root/site" --platform manylinux_2_28_aarch64 \
+    --python-version 3.11 --implementation cp --only-binary=:all: "ncnn==$NCNN_VERSION" >&2
+  echo "$stamp" > "$tmp/root/.built"
   rm -rf "$guest" && mv "$tmp/root" "$guest" && rm -rf "$tmp"
   echo "$guest"
 }

@@ -305,24 +305,41 @@ def count_runner(*, lib: Path, params: Path, input: np.ndarray, cpu: str = "cort
 def count_litert(model: Path, *, cpu: str = "cortex-a53", ks: tuple[int, ...] = (K_LOW, K_HIGH),
                  caches: CacheConfig | None = None) -> Count:
     """LiteRT's aarch64 wheel (XNNPACK, 1 thread) in the guest Python: K invokes per K in ks."""
+    return _count_guest("litert", model, "model.tflite", cpu=cpu, ks=ks, caches=caches, threads=1)
+
+
+def count_ncnn(param: Path, threads: int = 1, *, cpu: str = "cortex-a53", ks: tuple[int, ...] = (K_LOW, K_HIGH),
+               caches: CacheConfig | None = None) -> Count:
+    """ncnn's aarch64 wheel on a .param as benchncnn runs it (zero weights), `threads` OpenMP threads.
+
+    With threads > 1 the count is every thread's instructions summed, waiting threads sleeping
+    (OMP_WAIT_POLICY=passive), so libgomp's spin-waits are not counted as work."""
+    return _count_guest("ncnn", param, "model.param", cpu=cpu, ks=ks, caches=caches, threads=threads)
+
+
+def _count_guest(engine: str, model: Path, name: str, *, cpu: str, ks, caches, threads: int) -> Count:
+    """time_engine.py --engine ENGINE --count K in the guest Python, per K in ks."""
     guest = guest_python_dir()
+    if engine == "ncnn" and not (guest / "site" / "ncnn").is_dir():
+        raise MissingDependency("the aarch64 guest Python has no ncnn wheel (built before ncnn was added)",
+                                hint="bash tools/build_qemu_plugins.sh --guest-python")
     _write_cpuinfo(guest, cpu)
     caches = _session_caches(caches)
+    omp = {"OMP_NUM_THREADS": str(threads)} | ({"OMP_WAIT_POLICY": "passive"} if threads > 1 else {})
     with _workdir() as work:
-        shutil.copy2(model, work / "model.tflite")
+        shutil.copy2(model, work / name)
         shutil.copy2(TIME_ENGINE, work / "time_engine.py")
 
         def argv(k):
-            return [str(guest / "usr/bin/python3.11"), "time_engine.py", "--engine", "litert",
-                    "--model", "model.tflite", "--threads", "1", "--count", str(k)]
+            return [str(guest / "usr/bin/python3.11"), "time_engine.py", "--engine", engine,
+                    "--model", name, "--threads", str(threads), "--count", str(k)]
 
         def check(_k):  # it did run K inferences
             json.loads((work / "stdout.txt").read_text().strip().splitlines()[-1])
 
         counts, raw = _run_counts(argv, ks=ks, prefix=guest, cpu=cpu, work=work, caches=caches, after=check, guest_env={
             "PYTHONPATH": str(guest / "site"), "PYTHONHASHSEED": "0", "PYTHONSAFEPATH": "1",
-            "PYTHONDONTWRITEBYTECODE": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+            "PYTHONDONTWRITEBYTECODE": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "OPENBLAS_NUM_THREADS": "1", **omp})
     c = Count(_per_inference(counts), counts, memory=_memory(raw, caches))
     _remember(model, c)
     return c

@@ -4,9 +4,16 @@ Runs in whichever Python has the engine: the project venv (LiteRT, ONNX Runtime)
 (tools/setup_peers.sh), or an aarch64 Python under qemu (edge_sdk.bench.emulate). It imports only
 the engine it times, and numpy.
 
-    python time_engine.py --engine litert|onnxruntime|lce --model FILE [--threads N] [--warmup W]
+    python time_engine.py --engine litert|onnxruntime|lce|ncnn --model FILE [--threads N] [--warmup W]
                           [--repeat R] [--min-time-ms T] [--seed S] [--input X.npy]
     python time_engine.py --engine litert --model FILE --count K   # K inferences, no timing (qemu counts)
+
+ncnn runs a .param the way Tencent/ncnn's benchmark/benchncnn.cpp does: its default options (light
+mode, packing layout, Winograd and sgemm convolution, fp16 packed/storage/arithmetic and int8
+storage/arithmetic on: ncnn uses each only where the CPU has it), a blob pool allocator (size compare
+ratio 0) and a workspace pool allocator (0.5), OpenMP dynamic off, and weights from
+DataReaderFromEmpty (zeros). Only the network definition matters; a FILE.bin beside it is loaded
+instead when --ncnn-weights is given (tests check real weights against a reference that way).
 
 Input: the .npy given (cast/transposed to the model's input when only the layout differs), else a
 seeded random tensor of the model's input shape and dtype. --count prints no timings, so that the
@@ -71,7 +78,58 @@ def _lce(path: str, threads: int):
     return run, shape, dtype, getattr(lce, "__version__", "?")
 
 
-ENGINES = {"litert": _litert, "onnxruntime": _onnxruntime, "lce": _lce}
+def ncnn_input_shape(path: str) -> list[int]:
+    """[1, c, h, w] from the param's Input layer (0=w 1=h 2=c), as benchncnn's ncnn::Mat(w, h, c)."""
+    with open(path) as f:
+        for line in f:
+            tok = line.split()
+            if tok and tok[0] == "Input":
+                kv = dict(t.split("=", 1) for t in tok[4:] if "=" in t and not t.startswith("-"))
+                if not {"0", "1", "2"} <= set(kv):
+                    break
+                return [1, int(kv["2"]), int(kv["1"]), int(kv["0"])]
+    raise SystemExit(f"{path}: no Input layer with 0=w 1=h 2=c (ncnn .param)")
+
+
+def _ncnn(path: str, threads: int, weights: str | None = None):
+    import ncnn
+
+    blob_pool, work_pool = ncnn.UnlockedPoolAllocator(), ncnn.PoolAllocator()
+    blob_pool.set_size_compare_ratio(0.0)
+    work_pool.set_size_compare_ratio(0.5)
+    opt = ncnn.Option()
+    opt.lightmode, opt.num_threads = True, threads
+    opt.blob_allocator, opt.workspace_allocator = blob_pool, work_pool
+    for name in ("use_winograd_convolution", "use_sgemm_convolution", "use_int8_inference", "use_fp16_packed",
+                 "use_fp16_storage", "use_fp16_arithmetic", "use_int8_storage", "use_int8_arithmetic",
+                 "use_packing_layout"):
+        setattr(opt, name, True)
+    opt.use_vulkan_compute = False
+    ncnn.set_cpu_powersave(0)
+    ncnn.set_omp_dynamic(0)
+    ncnn.set_omp_num_threads(threads)
+    net = ncnn.Net()
+    net.opt = opt
+    if net.load_param(path) != 0:
+        raise SystemExit(f"{path}: ncnn could not load this .param")
+    if (net.load_model(weights) if weights else net.load_model(ncnn.DataReaderFromEmpty())) != 0:
+        raise SystemExit(f"{weights or path}: ncnn could not load the weights")
+    inp, out = net.input_names()[0], net.output_names()[0]
+    keep = (blob_pool, work_pool, opt)  # the net's Option points at these allocators
+
+    def run(x, _keep=keep):
+        ex = net.create_extractor()
+        ex.input(inp, ncnn.Mat(np.ascontiguousarray(x[0])))
+        ret, y = ex.extract(out)
+        if ret != 0:
+            raise SystemExit(f"{path}: ncnn extract({out}) failed ({ret})")
+        return np.array(y)[None]
+
+    run.close = net.clear  # layers first: ncnn aborts if its pool allocators go before what they lent out
+    return run, ncnn_input_shape(path), "float32", ncnn.__version__
+
+
+ENGINES = {"litert": _litert, "onnxruntime": _onnxruntime, "lce": _lce, "ncnn": _ncnn}
 
 
 def _input(shape, dtype, seed, path):
@@ -98,12 +156,15 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--input", help="a .npy input (default: seeded random)")
     ap.add_argument("--count", type=int, help="run exactly this many inferences, untimed")
+    ap.add_argument("--ncnn-weights", help="ncnn only: load this .bin instead of DataReaderFromEmpty's zeros")
     args = ap.parse_args(argv)
-    run, shape, dtype, version = ENGINES[args.engine](args.model, args.threads)
+    extra = {"weights": args.ncnn_weights} if args.engine == "ncnn" else {}
+    run, shape, dtype, version = ENGINES[args.engine](args.model, args.threads, **extra)
     x = _input(shape, dtype, args.seed, args.input)
     if args.count is not None:
         for _ in range(args.count):
             y = run(x)
+        getattr(run, "close", lambda: None)()
         print(json.dumps({"engine": args.engine, "inferences": args.count, "output_shape": list(y.shape)}))
         return 0
     t0 = time.perf_counter()
@@ -117,6 +178,7 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         run(x)
         lat.append((time.perf_counter() - t) * 1e3)
+    getattr(run, "close", lambda: None)()
     print(json.dumps({"engine": args.engine, "version": version, "threads": args.threads, "first_ms": first_ms,
                       "latencies_ms": lat, "input_shape": list(x.shape), "input_dtype": str(x.dtype),
                       "output_shape": list(y.shape), "output_dtype": str(y.dtype)}))
