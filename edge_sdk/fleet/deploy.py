@@ -4,13 +4,7 @@
     report = deploy(devices, pkgs)                      # FleetResults; each value a DeviceDeploy
     report.all_ok, [r.value.package_bytes_sent for r in report]
 
-Device layout (relative to the login home; trust.status reads it):
-
-    .edge-sdk/runtime/<bundle id>/          bin/edge-runner, lib/, bundle.json  (id = <version>-<arch>)
-    .edge-sdk/runtime/current -> <bundle id>
-    .edge-sdk/packages/<sha256>.edgepkg     the package file, named by its content
-    .edge-sdk/models/<model>-<variant>/<sha256>/   its members, extracted and checked
-    .edge-sdk/models/<model>-<variant>/current -> <sha256>, previous -> <older sha256>
+The device layout is fleet/paths.py's.
 
 Why this order: nothing becomes `current` before its bytes were hashed on the device (sha256sum)
 and its golden pair ran there with the installed runner (`edge-runner --expect`, so the device
@@ -34,13 +28,11 @@ from pathlib import Path
 
 from edge_sdk.errors import DeviceError, EdgeError, PackageError
 from edge_sdk.fleet.config import Device
-from edge_sdk.fleet.ssh import Connection, FleetResults, for_each_device
-from edge_sdk.fleet.trust import REMOTE_ROOT
+from edge_sdk.fleet.group import FleetResults, for_each_device
+from edge_sdk.fleet.paths import REMOTE_ROOT, RUNTIME, model_dir, package_file, runner
+from edge_sdk.fleet.ssh import Connection
 from edge_sdk.package import MANIFEST, MEMBERS, open_package, sha256_file
 
-RUNTIME = posixpath.join(REMOTE_ROOT, "runtime")
-PACKAGES = posixpath.join(REMOTE_ROOT, "packages")
-MODELS = posixpath.join(REMOTE_ROOT, "models")
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 Progress = Callable[[str, str, int, int], None]  # (device name, step text, bytes done, bytes total)
 
@@ -143,7 +135,7 @@ class LocalBundle:
 
     @classmethod
     def for_arch(cls, arch: str) -> LocalBundle:
-        from edge_sdk.runtime.bundle import bundle_archive, ensure_bundle, read_manifest, verify_bundle
+        from edge_sdk.runtime.bundle import bundle_archive, ensure_bundle, read_bundle_manifest, verify_bundle
 
         root = ensure_bundle(arch)
         problems = verify_bundle(root)
@@ -153,7 +145,7 @@ class LocalBundle:
                                  f"ensure_bundle(\"{arch}\", rebuild=True)'")
         archive = bundle_archive(arch)
         _check_bundle_archive(archive, root.name)
-        meta = read_manifest(root)
+        meta = read_bundle_manifest(root)
         return cls(root.name, arch, archive, sha256_file(archive), archive.stat().st_size,
                    sha256_file(root / "bundle.json"), {k: v["sha256"] for k, v in meta["files"].items()})
 
@@ -313,13 +305,13 @@ def install_runtime(conn: Connection, bundle: LocalBundle, *, say=lambda *a, **k
 def install_package(conn: Connection, pkg: LocalPackage, bundle: LocalBundle, outcome: PackageOutcome, *,
                     say=lambda *a, **k: None) -> None:
     """Upload (unless the device already holds these bytes), extract, check, golden-run, switch."""
-    content = posixpath.join(PACKAGES, f"{pkg.sha256}.edgepkg")
-    model_dir = posixpath.join(MODELS, pkg.name)
+    content = package_file(pkg.sha256)
+    models = model_dir(pkg.name)
     label = f"{pkg.name} {pkg.sha256[:12]}"
     say(f"{label}: checking", 0, pkg.size)
     have = conn.sha256(content)
-    current = _readlink(conn, posixpath.join(model_dir, "current"))
-    if have == pkg.sha256 and current == pkg.sha256 and _members_ok(conn, posixpath.join(model_dir, pkg.sha256), pkg):
+    current = conn.readlink(posixpath.join(models, "current"))
+    if have == pkg.sha256 and current == pkg.sha256 and _members_ok(conn, posixpath.join(models, pkg.sha256), pkg):
         outcome.action = "unchanged"
         say(f"{label}: unchanged", pkg.size, pkg.size)
         return
@@ -331,25 +323,25 @@ def install_package(conn: Connection, pkg: LocalPackage, bundle: LocalBundle, ou
         outcome.bytes_sent = conn.put(pkg.path, content, sha256=pkg.sha256,
                                       progress=lambda done, total: say(f"{label}: upload", done, total))
         uploaded = True
-    tmp = posixpath.join(model_dir, f".{pkg.sha256}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp = posixpath.join(models, f".{pkg.sha256}.tmp-{uuid.uuid4().hex[:8]}")
     try:
         say(f"{label}: extract + sha256", pkg.size, pkg.size)
         conn.run(["sh", "-c", EXTRACT_PACKAGE_SH, "sh", content, tmp, MANIFEST, *MEMBERS], input=pkg.checklist(),
                  timeout=300)
         say(f"{label}: golden check on the device", pkg.size, pkg.size)
-        outcome.golden = golden_check(conn, tmp, pkg, runtime=posixpath.join(RUNTIME, bundle.id))
+        outcome.golden = check_golden_on_device(conn, tmp, pkg, runtime=posixpath.join(RUNTIME, bundle.id))
         say(f"{label}: switch", pkg.size, pkg.size)
-        _switch(conn, model_dir, pkg.sha256, tmp)
+        _switch(conn, models, pkg.sha256, tmp)
     except EdgeError:
         _cleanup(conn, tmp, *([content] if uploaded else []))
         raise
     outcome.action = "installed"
 
 
-def golden_check(conn: Connection, install_dir: str, pkg: LocalPackage, *, runtime: str) -> dict:
+def check_golden_on_device(conn: Connection, install_dir: str, pkg: LocalPackage, *, runtime: str) -> dict:
     """Run the package's golden input with the device's runner; DeviceError on any mismatch."""
     j = lambda name: posixpath.join(install_dir, name)  # noqa: E731
-    r = conn.run([posixpath.join(runtime, "bin", "edge-runner"), "--lib", j("model.so"), "--params", j("params.bin"),
+    r = conn.run([runner(runtime), "--lib", j("model.so"), "--params", j("params.bin"),
                   "--input", j("golden_input.npy"), "--expect", j("golden_output.npy"), "--rtol", repr(pkg.rtol),
                   "--atol", repr(pkg.atol), "--warmup", "0", "--repeat", "1"], check=False, timeout=900)
     if r.exit_code != 0:
@@ -361,9 +353,9 @@ def golden_check(conn: Connection, install_dir: str, pkg: LocalPackage, *, runti
         raise DeviceError(f"device {conn.device}: edge-runner printed no golden result: {r.stdout[-300:]}") from None
 
 
-def _switch(conn: Connection, model_dir: str, sha: str, tmp: str) -> None:
+def _switch(conn: Connection, folder: str, sha: str, tmp: str) -> None:
     """tmp -> <sha>; previous -> old current; current -> <sha> (each a rename); drop other versions."""
-    conn.run(["sh", "-c", SWITCH_SH, "sh", model_dir, sha, tmp, uuid.uuid4().hex[:8]], timeout=120)
+    conn.run(["sh", "-c", SWITCH_SH, "sh", folder, sha, tmp, uuid.uuid4().hex[:8]], timeout=120)
 
 
 def _gc_packages(conn: Connection) -> None:
@@ -381,13 +373,6 @@ def _link(conn: Connection, parent: str, name: str, target: str) -> None:
     tag = uuid.uuid4().hex[:8]
     conn.run(["sh", "-c", 'set -e; cd "$1"; ln -s "$3" ".$2.tmp-$4"; mv -T ".$2.tmp-$4" "$2"', "sh",
               parent, name, target, tag])
-
-
-def _readlink(conn: Connection, path: str) -> str | None:
-    try:
-        return conn.sftp.readlink(path)
-    except OSError:
-        return None
 
 
 def _members_ok(conn: Connection, install_dir: str, pkg: LocalPackage) -> bool:

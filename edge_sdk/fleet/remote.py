@@ -19,11 +19,10 @@ import numpy as np
 from edge_sdk._suggest import did_you_mean
 from edge_sdk.errors import DeviceError, UsageError
 from edge_sdk.fleet.config import Device
-from edge_sdk.fleet.deploy import MODELS, RUNTIME, LocalPackage, golden_check
+from edge_sdk.fleet.deploy import LocalPackage, check_golden_on_device
+from edge_sdk.fleet.paths import CURRENT_RUNTIME, MODELS, RUNNER, model_dir
 from edge_sdk.fleet.ssh import Connection
 from edge_sdk.package import MEMBERS
-
-RUNNER = posixpath.join(RUNTIME, "current", "bin", "edge-runner")
 
 
 def run_remote(device: Device, package: Path, *, input_path: Path | None = None, repeat: int = 10,
@@ -41,8 +40,8 @@ def run_remote(device: Device, package: Path, *, input_path: Path | None = None,
     with tempfile.TemporaryDirectory(prefix="edge-remote-run-") as tmp:
         local = open_package(Path(package), Path(tmp) / "pkg")
         x = load_input(input_path, local) if input_path else None
-        install = posixpath.join(MODELS, pkg.name, pkg.sha256)
-        scratch = posixpath.join(MODELS, pkg.name, f".run.tmp-{uuid.uuid4().hex[:8]}")
+        install = posixpath.join(model_dir(pkg.name), pkg.sha256)
+        scratch = posixpath.join(model_dir(pkg.name), f".run.tmp-{uuid.uuid4().hex[:8]}")
         with Connection(device, known_hosts=known_hosts) as conn:
             if conn.run(["test", "-f", posixpath.join(install, "model.so")], check=False).exit_code != 0:
                 raise DeviceError(f"device {device}: {package.name} (sha256 {pkg.sha256[:12]}...) is not installed "
@@ -66,7 +65,7 @@ def run_remote(device: Device, package: Path, *, input_path: Path | None = None,
                                       f"{r.stderr.strip()[-600:]}")
                 raw = json.loads(r.stdout.strip().splitlines()[-1])
                 conn.get(posixpath.join(scratch, "out.npy"), Path(tmp) / "out.npy")
-                golden = raw.get("golden") or golden_check(conn, install, pkg, runtime=posixpath.join(RUNTIME, "current"))
+                golden = raw.get("golden") or check_golden_on_device(conn, install, pkg, runtime=CURRENT_RUNTIME)
                 arch = conn.run(["uname", "-m"]).stdout.strip()
             finally:
                 conn.run(["rm", "-rf", scratch], check=False)
@@ -101,8 +100,8 @@ def rollback(device: Device, model: str, *, known_hosts=None) -> dict:
         if model not in names:
             raise UsageError(f"device {device}: no model '{model}' installed: "
                              + (did_you_mean(model, names) if names else "nothing is installed there"))
-        d = posixpath.join(MODELS, model)
-        cur, prev = _readlink(conn, posixpath.join(d, "current")), _readlink(conn, posixpath.join(d, "previous"))
+        d = model_dir(model)
+        cur, prev = conn.readlink(posixpath.join(d, "current")), conn.readlink(posixpath.join(d, "previous"))
         if not prev or prev == cur:
             raise DeviceError(f"device {device}: model {model} has no previous version to roll back to")
         target = posixpath.join(d, prev)
@@ -118,7 +117,7 @@ def rollback(device: Device, model: str, *, known_hosts=None) -> dict:
         if r.exit_code != 0 or set(check.members) != set(MEMBERS):
             raise DeviceError(f"device {device}: {model} previous version {prev[:12]} fails its sha256 check; "
                               f"not rolling back: {r.stdout.strip()[-300:]}")
-        golden = golden_check(conn, target, check, runtime=posixpath.join(RUNTIME, "current"))
+        golden = check_golden_on_device(conn, target, check, runtime=CURRENT_RUNTIME)
         script = r"""set -e
 cd "$1"
 ln -s "$2" ".current.tmp-$4"; mv -T ".current.tmp-$4" current
@@ -132,10 +131,3 @@ def _models(conn: Connection) -> list[str]:
         return sorted(a.filename for a in conn.sftp.listdir_attr(MODELS) if not a.filename.startswith("."))
     except OSError:
         return []
-
-
-def _readlink(conn: Connection, path: str) -> str | None:
-    try:
-        return conn.sftp.readlink(path)
-    except OSError:
-        return None

@@ -1,4 +1,4 @@
-"""SSH to one device, shaped like fabric's Connection, and fleet fan-out that never stops early.
+"""SSH to one device, shaped like fabric's Connection (fleet fan-out: fleet/group.py).
 
     with Connection(device) as c:          # connects on first use
         c.run(["mkdir", "-p", ".edge-sdk/packages"])
@@ -24,7 +24,6 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -286,6 +285,13 @@ class Connection:
         self.bytes_received += size
         return size
 
+    def readlink(self, remote_path: str) -> str | None:
+        """Where the symlink at remote_path points, or None if it is not a link or does not exist."""
+        try:
+            return self.sftp.readlink(remote_path)
+        except OSError:
+            return None
+
     def read_text(self, remote_path: str) -> str | None:
         """A small remote file's text, or None if it does not exist or cannot be read."""
         try:
@@ -370,67 +376,3 @@ def _why(e: BaseException, io_timeout: float) -> str:
 
 def _short(command: str) -> str:
     return command if len(command) <= 120 else command[:117] + "..."
-
-
-# -- fleet fan-out ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DeviceResult:
-    device: Device
-    value: object = None
-    error: BaseException | None = None
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def failed(self) -> bool:
-        return self.error is not None
-
-
-class FleetResults(list):
-    """Per-device results in the order the devices were given."""
-
-    @property
-    def ok(self) -> list[DeviceResult]:
-        return [r for r in self if r.ok]
-
-    @property
-    def failed(self) -> list[DeviceResult]:
-        return [r for r in self if r.failed]
-
-    @property
-    def all_ok(self) -> bool:
-        return not self.failed
-
-    def raise_if_failed(self, what: str = "operation") -> None:
-        if self.failed:
-            lines = [f"  {r.device.name}: {r.error}" for r in self.failed]
-            err = DeviceError(f"{what} failed on {len(self.failed)} of {len(self)} devices:\n" + "\n".join(lines))
-            err.results = self
-            raise err
-
-
-def for_each_device(devices: Sequence[Device], fn: Callable[[Device], object], *, max_workers: int = 8,
-                    on_done: Callable[[DeviceResult], None] | None = None) -> FleetResults:
-    """Call fn(device) for every device on a bounded thread pool; a failure is recorded in that
-    device's result and the others carry on. on_done (progress display) runs as each one ends."""
-
-    def one(device: Device) -> DeviceResult:
-        start = time.monotonic()
-        try:
-            result = DeviceResult(device, value=fn(device), seconds=time.monotonic() - start)
-        except EdgeError as e:
-            result = DeviceResult(device, error=e, seconds=time.monotonic() - start)
-        except Exception as e:  # noqa: BLE001 - a bug on one device must not hide the other devices' results
-            result = DeviceResult(device, error=e, seconds=time.monotonic() - start)
-        if on_done is not None:
-            on_done(result)
-        return result
-
-    if not devices:
-        return FleetResults()
-    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(devices))),
-                            thread_name_prefix="edge-sdk-device") as pool:
-        return FleetResults(pool.map(one, devices))

@@ -5,10 +5,7 @@ them. It shows every fingerprint so the user can compare it with the device's co
 overwrites a changed key unless asked (replace=True), and checks pinned keys instead of recording
 them. The known_hosts file is rewritten atomically under a lock.
 
-The device layout status() reads (any part may be missing: then it reports none):
-    ~/.edge-sdk/runtime/<version>/            installed runtime bundles (runtime/current -> one of them)
-    ~/.edge-sdk/packages/<sha256>.edgepkg     content-addressed packages
-    ~/.edge-sdk/models/<model>/current -> ... the package each model runs now
+status() reads the device layout of fleet/paths.py (any part may be missing: then it reports none).
 """
 from __future__ import annotations
 
@@ -27,9 +24,10 @@ import paramiko
 
 from edge_sdk.errors import DeviceError
 from edge_sdk.fleet.config import Device
-from edge_sdk.fleet.ssh import Connection, FleetResults, fingerprint, for_each_device, known_hosts_name
+from edge_sdk.fleet.group import FleetResults, for_each_device
+from edge_sdk.fleet.paths import CURRENT_RUNTIME, MODELS, PACKAGES, RUNTIME
+from edge_sdk.fleet.ssh import Connection, fingerprint, known_hosts_name
 
-REMOTE_ROOT = ".edge-sdk"  # relative to the login home
 _SHA = re.compile(r"[0-9a-f]{64}")
 
 
@@ -191,15 +189,14 @@ def _gather(c: Connection) -> DeviceStatus:
         free = int(df[-1].split()[3]) * 1024
     temp = _number(c.read_text("/sys/class/thermal/thermal_zone0/temp"), 1000.0)
     clock = _number(c.read_text("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq"), 1000.0)
-    runtime = posixpath.join(REMOTE_ROOT, "runtime")
-    versions = tuple(sorted(n for n, mode in _listdir(c, runtime) if stat.S_ISDIR(mode) and n != "current"))
-    current_rt = _readlink(c, posixpath.join(runtime, "current"))
-    packages = tuple(sorted(n[: -len(".edgepkg")] for n, mode in _listdir(c, posixpath.join(REMOTE_ROOT, "packages"))
+    versions = tuple(sorted(n for n, mode in _listdir(c, RUNTIME) if stat.S_ISDIR(mode) and n != "current"))
+    current_rt = c.readlink(CURRENT_RUNTIME)
+    packages = tuple(sorted(n[: -len(".edgepkg")] for n, mode in _listdir(c, PACKAGES)
                             if n.endswith(".edgepkg") and _SHA.fullmatch(n[: -len(".edgepkg")])))
     models = {}
-    for name, mode in _listdir(c, posixpath.join(REMOTE_ROOT, "models")):
+    for name, mode in _listdir(c, MODELS):
         if stat.S_ISDIR(mode):
-            link = _readlink(c, posixpath.join(REMOTE_ROOT, "models", name, "current"))
+            link = c.readlink(posixpath.join(MODELS, name, "current"))
             sha = _SHA.search(link) if link else None
             models[name] = ModelState(link, sha.group(0) if sha else None)
     return DeviceStatus(c.device, reachable=True, arch=arch, free_bytes=free, temperature_c=temp,
@@ -220,10 +217,3 @@ def _listdir(c: Connection, path: str) -> list[tuple[str, int]]:
         return [(a.filename, a.st_mode or 0) for a in c.sftp.listdir_attr(path)]
     except OSError:
         return []
-
-
-def _readlink(c: Connection, path: str) -> str | None:
-    try:
-        return c.sftp.readlink(path)
-    except OSError:
-        return None

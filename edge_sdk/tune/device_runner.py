@@ -42,9 +42,9 @@ from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerInput
 
 from edge_sdk.errors import DeviceError, EdgeError, UsageError
 from edge_sdk.fleet.config import Device, load_fleet
-from edge_sdk.fleet.deploy import RUNTIME, LocalBundle, _prepare, install_runtime
+from edge_sdk.fleet.deploy import LocalBundle, _prepare, install_runtime
+from edge_sdk.fleet.paths import REMOTE_ROOT, RUNTIME
 from edge_sdk.fleet.ssh import Connection
-from edge_sdk.fleet.trust import REMOTE_ROOT
 from edge_sdk.targets import Target, get_target
 
 ENTRY = "main"  # MetaSchedule tasks are single-PrimFunc modules named "main"; the built library exports it

@@ -10,7 +10,8 @@ import pytest
 
 from edge_sdk.errors import DeviceError
 from edge_sdk.fleet.config import load_fleet
-from edge_sdk.fleet.ssh import Connection, for_each_device
+from edge_sdk.fleet.group import for_each_device
+from edge_sdk.fleet.ssh import Connection
 
 
 def keygen_fingerprint(pub_file) -> str:
