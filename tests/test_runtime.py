@@ -18,7 +18,7 @@ import pytest
 
 from edge_sdk.errors import CompileError, RuntimeFailure, UsageError
 from edge_sdk.runtime import bundle as bundle_mod
-from edge_sdk.runtime import bundle_archive, ensure_bundle, read_manifest, run_compiled, verify_bundle
+from edge_sdk.runtime import bundle_archive, ensure_bundle, read_bundle_manifest, run_compiled, verify_bundle
 from edge_sdk.runtime.execute import host_arch
 
 HOST = host_arch()
@@ -76,7 +76,7 @@ def _sha256(p: Path) -> str:
 @pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
 def test_bundle_manifest_matches_files(arch):
     root = ensure_bundle(arch)
-    meta = read_manifest(root)
+    meta = read_bundle_manifest(root)
     on_disk = {p.relative_to(root).as_posix() for p in root.rglob("*")
                if p.is_file() and "__pycache__" not in p.parts} - {"bundle.json"}
     assert set(meta["files"]) == on_disk
@@ -124,7 +124,7 @@ def test_bundle_archive_holds_the_bundle():
     archive = bundle_archive("x86_64")
     with tarfile.open(archive) as tar:
         members = {m.name: m for m in tar.getmembers()}
-        for rel, info in read_manifest(root)["files"].items():
+        for rel, info in read_bundle_manifest(root)["files"].items():
             m = members[f"{root.name}/{rel}"]
             assert hashlib.sha256(tar.extractfile(m).read()).hexdigest() == info["sha256"]
         assert members[f"{root.name}/bin/edge-runner"].mode & 0o111

@@ -112,7 +112,7 @@ def bundle_archive(arch: str, *, rebuild: bool = False) -> Path:
     return out
 
 
-def read_manifest(bundle: Path) -> dict:
+def read_bundle_manifest(bundle: Path) -> dict:
     return json.loads((bundle / "bundle.json").read_text())
 
 
@@ -120,7 +120,7 @@ def verify_bundle(bundle: Path) -> list[str]:
     """Problems found (empty when every file matches bundle.json and nothing extra is there).
 
     Deploy can run the same check on the device before switching to a bundle."""
-    meta = read_manifest(bundle)
+    meta = read_bundle_manifest(bundle)
     problems = []
     # Python on the device writes __pycache__ next to loader.py: not part of the bundle.
     present = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*")

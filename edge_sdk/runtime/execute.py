@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 
 from edge_sdk.errors import MissingDependency, RuntimeFailure, UsageError
-from edge_sdk.runtime.bundle import ensure_bundle, read_manifest
+from edge_sdk.runtime.bundle import ensure_bundle, read_bundle_manifest
 
 CROSS_SYSROOT = {"aarch64": Path("/usr/aarch64-linux-gnu")}
 _QEMU = {"aarch64": ("qemu-aarch64", "qemu-user")}
 
 
 @dataclass
-class RunResult:
+class RunnerResult:
     """What one runner invocation measured. Times are in ms; emulated times are qemu's, not a Pi's."""
 
     output: np.ndarray
@@ -78,12 +78,12 @@ def runner_command(bundle: Path, *, arch: str, emulate_cpu: str | None) -> tuple
 
 def run_compiled(*, lib: Path, params: Path, input: np.ndarray, arch: str, emulate_cpu: str | None,  # noqa: A002
                  threads: int = 1, warmup: int = 1, repeat: int = 10, min_time_ms: float = 0,
-                 timeout_s: float = 900, profile: bool = False) -> RunResult:
+                 timeout_s: float = 900, profile: bool = False) -> RunnerResult:
     """Run model `lib` with `params` on `input` using the `arch` runtime bundle.
 
     Native when `arch` is this machine's, else under qemu with CPU model `emulate_cpu`.
     A failing runner raises RuntimeFailure carrying its stderr. `profile`: `repeat` more runs with
-    every VM call timed (RunResult.profile; per-layer times via runtime/profile.py).
+    every VM call timed (RunnerResult.profile; per-layer times via runtime/profile.py).
     """
     lib, params = Path(lib), Path(params)
     for what, p in (("model library", lib), ("params file", params)):
@@ -116,7 +116,7 @@ def run_compiled(*, lib: Path, params: Path, input: np.ndarray, arch: str, emula
         except (IndexError, ValueError) as e:
             raise RuntimeFailure(f"{lib}: edge-runner printed no JSON result:\n{proc.stdout[-2000:]}") from e
         output = np.load(out_path, allow_pickle=False)
-    return RunResult(
+    return RunnerResult(
         output=output,
         latencies_ms=list(raw["latencies_ms"]),
         median_ms=raw["median_ms"],
@@ -126,7 +126,7 @@ def run_compiled(*, lib: Path, params: Path, input: np.ndarray, arch: str, emula
         arch=arch,
         emulated=emulated,
         command=cmd,
-        bundle_version=read_manifest(bundle)["version"],
+        bundle_version=read_bundle_manifest(bundle)["version"],
         wall_ms=wall_ms,
         raw=raw,
         profile=raw.get("profile"),
