@@ -18,6 +18,7 @@ from rich.console import Console
 
 from edge_sdk.bench import bench as B
 from edge_sdk.bench import peers as P
+from edge_sdk.cli import bench as CB
 from edge_sdk.errors import MissingDependency, UsageError
 
 TINY = {"alpha": 0.25, "resolution": 32, "classes": 10}
@@ -98,8 +99,8 @@ def test_wrong_output_is_a_status(tiny, isolated, monkeypatch):
 
 def _drive(argv: list[str], capsys) -> tuple[int, dict]:
     parser = argparse.ArgumentParser()
-    B.add_bench_parser(parser.add_subparsers())
-    code = B.drive_bench(parser.parse_args(argv))
+    CB.add_bench_parser(parser.add_subparsers())
+    code = CB.drive_bench(parser.parse_args(argv))
     return code, json.loads(capsys.readouterr().out)
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from edge_sdk.dashboard import add_dashboard_parser, chart_data, export_html, make_server, render_page
+from edge_sdk.cli.dashboard import add_dashboard_parser
+from edge_sdk.dashboard import chart_data, export_html, make_server, render_page
 from edge_sdk.errors import ConfigError, UsageError
 from edge_sdk.results.store import SCHEMA_VERSION, ResultsStore
 

@@ -8,8 +8,9 @@ import sqlite3
 
 import pytest
 
+from edge_sdk.cli.results import add_results_parser
 from edge_sdk.errors import ConfigError, UsageError
-from edge_sdk.results import SCHEMA_VERSION, ResultsStore, add_results_parser, default_db_path
+from edge_sdk.results import SCHEMA_VERSION, ResultsStore, default_db_path
 
 LAYERS = [
     {"name": "conv1", "op": "conv2d", "inputs": [[1, 8, 8, 3]], "weights": [[3, 3, 3, 4]], "output": [1, 8, 8, 4],

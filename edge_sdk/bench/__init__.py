@@ -4,8 +4,8 @@
     result = run_bench(model, variants=["float32", "int8"], peers=True)   # -> BenchResult
     result.rows, result.to_json()
 
-CLI: `edge-sdk bench MODEL --variants float32,int8,w1a2 [--threads 1,2] [--peers] [--emulate pi3]`.
+CLI (edge_sdk/cli/bench.py): `edge-sdk bench MODEL --variants float32,int8,w1a2 [--threads 1,2] [--peers] [--emulate pi3]`.
 """
-from edge_sdk.bench.bench import BenchResult, BenchRow, add_bench_parser, drive_bench, run_bench
+from edge_sdk.bench.bench import BenchResult, BenchRow, run_bench
 
-__all__ = ["BenchResult", "BenchRow", "add_bench_parser", "drive_bench", "run_bench"]
+__all__ = ["BenchResult", "BenchRow", "run_bench"]

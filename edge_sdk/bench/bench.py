@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -366,71 +365,3 @@ def run_bench(model, *, variants: list[str], target: str = "host", threads: list
                                 "memory": memory, "warmup": warmup,
                                 "repeat": repeat, "min_time_ms": min_time_ms, "rounds": rounds, "seed": seed},
                        system=system_info(), rows=rows)
-
-
-# ---------------------------------------------------------------- CLI (registered in edge_sdk/cli.py)
-def add_bench_parser(sub) -> None:
-    from edge_sdk.cli import add_model_options
-
-    p = sub.add_parser("bench", help="time our variants (and the peer engines) side by side on one model")
-    add_model_options(p)
-    p.add_argument("--variants", default="float32", help="comma-separated, e.g. float32,int8,w1a2 (default float32)")
-    p.add_argument("--target", default="host", help="host (default) or a Pi target (run under qemu here)")
-    p.add_argument("--threads", default="1", help="comma-separated thread counts, e.g. 1,2 (default 1)")
-    p.add_argument("--peers", action="store_true", help="also time LiteRT, ONNX Runtime and LCE (tools/setup_peers.sh)")
-    p.add_argument("--emulate", metavar="TARGET", help="count aarch64 instructions per inference under qemu "
-                   "(e.g. pi3) instead of timing (tools/build_qemu_plugins.sh)")
-    p.add_argument("--memory", action="store_true", help="with --emulate: also simulate the device's caches (qemu "
-                   "cache.c): L1D/L2 misses, DRAM bytes, modelled A53 cycles and a roofline verdict per row (slower)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default 3)")
-    p.add_argument("--repeat", type=int, default=5, help="at least this many timed runs (default 5)")
-    p.add_argument("--min-time-ms", type=float, default=1000.0, help="time each row at least this long (default 1000)")
-    p.add_argument("--rounds", type=int, default=3, help="split the timing into this many passes over all rows, "
-                   "so machine load hits every row alike (default 3)")
-    p.add_argument("--device", help="measure on this device of --fleet: compile for its target, deploy, run there")
-    p.add_argument("--fleet", type=Path, help="fleet file naming --device")
-    p.add_argument("--known-hosts", type=Path, help="known_hosts file for --device (default: edge-sdk's own)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--db", type=Path, help="results store to write (default: the user's results.sqlite)")
-    p.add_argument("--no-store", action="store_true", help="do not write the results store")
-    p.set_defaults(drive=drive_bench)
-
-
-def drive_bench(args) -> int:
-    from edge_sdk.bench.report import record, render
-    from edge_sdk.cli import _console, _print_json, load_model
-
-    variants, threads = parse_variants(args.variants), parse_threads(args.threads)
-    if args.warmup < 0 or args.repeat < 1 or args.min_time_ms < 0 or args.rounds < 1:
-        raise UsageError("--warmup must be >= 0, --repeat >= 1, --min-time-ms >= 0, --rounds >= 1")
-    if args.no_store and args.db:
-        raise UsageError("--db and --no-store contradict each other")
-    if bool(args.device) != bool(args.fleet):
-        raise UsageError("--device and --fleet go together: name a device of a fleet file")
-    if args.device and (args.peers or args.emulate or args.memory or args.target != "host"):
-        raise UsageError("--device runs on the device's own target: drop --peers, --emulate, --memory and --target")
-    console = _console()
-    t0 = time.perf_counter()
-    with console.status(f"loading {args.model}") as status:
-        model = load_model(args)
-
-        def progress(msg: str) -> None:
-            status.update(f"bench {model.name}: {msg}")
-
-        if args.device:
-            from edge_sdk.bench.device import run_bench_device
-
-            result = run_bench_device(model, variants=variants, device=args.device, fleet=args.fleet,
-                                      threads=threads, warmup=args.warmup, repeat=args.repeat, seed=args.seed,
-                                      known_hosts=args.known_hosts, progress=progress)
-        else:
-            result = run_bench(model, variants=variants, target=args.target, threads=threads, peers=args.peers,
-                               emulate=args.emulate, memory=args.memory, warmup=args.warmup, repeat=args.repeat,
-                               min_time_ms=args.min_time_ms, rounds=args.rounds, seed=args.seed, progress=progress)
-    result.options["seconds"] = round(time.perf_counter() - t0, 1)
-    result.store = {"written": 0, "note": "--no-store"} if args.no_store else record(result, db=args.db)
-    if args.json:
-        _print_json(result.to_json())
-    else:
-        render(result)
-    return 1 if any(r.status in (WRONG, FAILED) for r in result.rows) else 0

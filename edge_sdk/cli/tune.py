@@ -7,14 +7,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from edge_sdk.cli.common import add_device_options, add_model_options, console, load_model, print_json
 from edge_sdk.errors import UsageError
 
 TUNABLE_VARIANTS = ("float32",)  # int8 / bitserial kernels carry no workload yet
 
 
 def add_tune_parser(sub) -> None:
-    from edge_sdk.cli import add_model_options
-
     p = sub.add_parser("tune", help="search MetaSchedule schedules for a model's kernels; keep those that beat ours",
                        description="For each distinct kernel of the model: time our schedule, run MetaSchedule "
                        "on the kernel's unscheduled workload, and record the winner. compile applies the "
@@ -30,14 +29,11 @@ def add_tune_parser(sub) -> None:
                    "(default ~/.local/share/edge-sdk/tuning; the repo's is edge_sdk/tuning/records)")
     p.add_argument("--list", action="store_true", help="list the model's kernel workloads and their records, tune nothing")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--device", help="time candidates on this device of --fleet (over SSH, with its runtime)")
-    p.add_argument("--fleet", type=Path, help="the fleet file naming --device")
-    p.add_argument("--known-hosts", type=Path, help="known_hosts file (default: edge-sdk's own)")
+    add_device_options(p, device_help="time candidates on this device of --fleet (over SSH, with its runtime)")
     p.set_defaults(drive=drive_tune)
 
 
 def drive_tune(args: argparse.Namespace) -> int:
-    from edge_sdk.cli import _console, _print_json, load_model
     from edge_sdk.targets import get_target
     from edge_sdk.tuning.store import user_root
     from edge_sdk.variants import get_variant
@@ -55,25 +51,25 @@ def drive_tune(args: argparse.Namespace) -> int:
     out = args.out or user_root()
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: not a folder")
-    console = _console()
-    with console.status(f"loading {args.model}"):
+    err = console()
+    with err.status(f"loading {args.model}"):
         model = load_model(args, family=variant.family)
     if args.list:
-        return _list(model, target, out, args, _print_json)
+        return _list(model, target, out, args)
     from edge_sdk.tune.session import tune_model
 
-    with _Progress(console) as events:
+    with _Progress(err) as events:
         result = tune_model(model, target, trials=args.trials, out_root=out, kernels=args.kernel,
                             device=args.device, fleet=args.fleet, known_hosts=args.known_hosts, events=events, seed=args.seed)
     if args.json:
-        _print_json({"target": result.target, "out": str(result.out), "kernels": [r.to_json() for r in result.rows],
+        print_json({"target": result.target, "out": str(result.out), "kernels": [r.to_json() for r in result.rows],
                      "untunable": result.untunable})
     else:
         print(result)
     return 0
 
 
-def _list(model, target, out, args, print_json) -> int:
+def _list(model, target, out, args) -> int:
     from edge_sdk.tune.kernels import collect, select
     from edge_sdk.tuning.store import RecordSet, default_roots
 

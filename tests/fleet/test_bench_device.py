@@ -12,6 +12,7 @@ import json
 import pytest
 
 from edge_sdk.bench import bench as B
+from edge_sdk.cli import bench as CB
 from edge_sdk.errors import UsageError
 from edge_sdk.results.store import ResultsStore
 
@@ -20,8 +21,8 @@ TINY = ["mobilenet_v1", "--alpha", "0.25", "--resolution", "32", "--classes", "1
 
 def _drive(argv: list[str], capsys) -> tuple[int, str]:
     parser = argparse.ArgumentParser()
-    B.add_bench_parser(parser.add_subparsers())
-    code = B.drive_bench(parser.parse_args(["bench", *argv]))
+    CB.add_bench_parser(parser.add_subparsers())
+    code = CB.drive_bench(parser.parse_args(["bench", *argv]))
     return code, capsys.readouterr().out
 
 

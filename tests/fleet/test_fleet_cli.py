@@ -1,4 +1,4 @@
-"""The fleet CLI layer (edge_sdk/fleet/cli.py) end to end on the loopback fleet: exit codes and output."""
+"""The fleet CLI layer (edge_sdk/cli/deploy.py, fleet.py, run.py) end to end on the loopback fleet: exit codes and output."""
 from __future__ import annotations
 
 import json

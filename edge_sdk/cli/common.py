@@ -1,0 +1,110 @@
+"""What the commands share: the console, JSON output, the model options and loading, the device options.
+
+Only edge_sdk/cli/ imports this module; library modules never do.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from edge_sdk.errors import UsageError
+
+KNOWN_HOSTS_HELP = "known_hosts file (default: edge-sdk's own)"
+
+
+def console():
+    """Progress and notes go to stderr, so stdout stays the result (a table or --json)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=False, default=str))
+
+
+# ---------------------------------------------------------------- model options (compile, bench, tune, ...)
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="a zoo name (mobilenet_v1, mobilenet_v2, resnet18) or a .tflite / .onnx file")
+    p.add_argument("--alpha", type=float, help="zoo: width multiplier (default 1.0)")
+    p.add_argument("--resolution", type=int, help="zoo: input height and width (default 224)")
+    p.add_argument("--classes", type=int, default=1000, help="zoo: number of classes (default 1000)")
+    p.add_argument("--weights", type=Path, help="zoo: .npz weights (default: seeded random init)")
+    p.add_argument("--seed", type=int, default=0, help="seed for random weights and the golden input")
+    p.add_argument("--labels", type=Path, help="a text file with one class label per line")
+
+
+def load_model(args, *, family: str = "float"):
+    """The Model a command names: a zoo build or a model file read for the variant family."""
+    from edge_sdk.models.zoo import ZOO, build_zoo_model
+
+    looks_like_file = Path(args.model).suffix in (".tflite", ".onnx") or "/" in args.model
+    if looks_like_file or args.model not in ZOO and Path(args.model).exists():
+        for opt in ("alpha", "resolution", "weights"):
+            if getattr(args, opt) is not None:
+                raise UsageError(f"--{opt} applies to zoo models only, not to the file {args.model}")
+        from edge_sdk.models.importers import load_model_file
+
+        model = load_model_file(Path(args.model), family=family)
+    else:
+        model = build_zoo_model(args.model, alpha=args.alpha, resolution=args.resolution, classes=args.classes,
+                                weights=args.weights, seed=args.seed)
+    if args.labels:
+        model.labels = _read_labels(args.labels, model)
+    return model
+
+
+def _read_labels(path: Path, model) -> list[str]:
+    if not path.is_file():
+        raise UsageError(f"{path}: no such labels file")
+    labels = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
+    n = model.mod["main"].ret_ty.shape[-1] if model.mod is not None and hasattr(model.mod["main"], "ret_ty") else None
+    if n is not None and int(n) != len(labels):
+        raise UsageError(f"{path}: {len(labels)} labels, but the model has {int(n)} classes")
+    return labels
+
+
+def add_db_option(p: argparse.ArgumentParser) -> None:
+    """--db: the results store (results, dashboard)."""
+    p.add_argument("--db", type=Path, help="results database (default $EDGE_SDK_DATA/results.sqlite, "
+                   "EDGE_SDK_DATA defaulting to ~/.local/share/edge-sdk)")
+
+
+# ---------------------------------------------------------------- device options (run, bench, tune, deploy, fleet)
+def add_known_hosts_option(p: argparse.ArgumentParser, *, text: str = KNOWN_HOSTS_HELP) -> None:
+    p.add_argument("--known-hosts", type=Path, help=text)
+
+
+def add_device_options(p: argparse.ArgumentParser, *, device_help: str,
+                       known_hosts_help: str = KNOWN_HOSTS_HELP) -> None:
+    """--device D --fleet F [--known-hosts K]: a command that runs here unless it is given a device."""
+    p.add_argument("--device", help=device_help)
+    p.add_argument("--fleet", type=Path, help="the fleet file naming --device")
+    add_known_hosts_option(p, text=known_hosts_help)
+
+
+def add_fleet_options(p: argparse.ArgumentParser, *, select: bool = True, device_required: bool = False) -> None:
+    """--fleet F (required) [--known-hosts K] and the devices to act on: --group G | --device D, or --device D."""
+    p.add_argument("--fleet", type=Path, required=True, help="the fleet file (YAML)")
+    add_known_hosts_option(p)
+    if device_required:
+        p.add_argument("--device", required=True, help="the device name in the fleet file")
+    elif select:
+        g = p.add_mutually_exclusive_group()
+        g.add_argument("--group", help="a group from the fleet file (default: every device)")
+        g.add_argument("--device", help="one device")
+
+
+def known_hosts(args):
+    from edge_sdk.fleet.ssh import default_known_hosts
+
+    return getattr(args, "known_hosts", None) or default_known_hosts()
+
+
+def select_devices(args):
+    """(fleet, devices) for --fleet and --group/--device (every device when neither is given)."""
+    from edge_sdk.fleet.config import load_fleet
+
+    fleet = load_fleet(args.fleet)
+    return fleet, fleet.select(group=getattr(args, "group", None), device=getattr(args, "device", None))

@@ -1,0 +1,57 @@
+"""`edge-sdk compile MODEL --variant V --target T -o OUT.edgepkg`: add_compile_parser -> drive_compile -> compile_model."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from edge_sdk.cli.common import add_model_options, console, load_model, print_json
+from edge_sdk.errors import UsageError
+
+
+def add_compile_parser(sub) -> None:
+    p = sub.add_parser("compile", help="compile a model into a .edgepkg for one variant and target")
+    add_model_options(p)
+    p.add_argument("--variant", default="float32", help="float32 (int8, w1a2, ... as they land)")
+    p.add_argument("--target", default="host", help="host, pi3, pi-zero2w, pi4")
+    p.add_argument("-o", "--output", type=Path, required=True, help="the .edgepkg file to write")
+    p.add_argument("--calibrate", type=Path, metavar="DIR", help="int8 of a float model: calibrate activation "
+                   "ranges on the images in DIR (default: seeded random frames, with a warning)")
+    p.add_argument("--no-tuning", action="store_true", help="use our hand schedules only, ignoring tuning records")
+    p.add_argument("--tuning-records", type=Path, action="append", default=[], metavar="DIR",
+                   help="also apply the tuning records under DIR/<target>/ (searched before the user's "
+                   "~/.local/share/edge-sdk/tuning and the shipped ones; float32 only; repeatable)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(drive=drive_compile)
+
+
+def drive_compile(args) -> int:
+    from edge_sdk.compiler.build import compile_model
+    from edge_sdk.targets import get_target
+    from edge_sdk.variants import get_variant
+
+    variant, target = get_variant(args.variant), get_target(args.target)
+    if args.output.suffix != ".edgepkg":
+        raise UsageError(f"{args.output}: the output file must end in .edgepkg")
+    if args.calibrate is not None and (variant.family != "int8" or not args.calibrate.is_dir()):
+        raise UsageError(f"--calibrate {args.calibrate}: needs --variant int8 and a folder of images")
+    for d in args.tuning_records:
+        if args.no_tuning or variant.family != "float" or not d.is_dir():
+            raise UsageError(f"--tuning-records {d}: needs an existing folder, --variant float32 and no --no-tuning")
+    target.compiler()  # a missing cross compiler fails before the model is built
+    out = console()
+    with out.status(f"loading {args.model}") as status:
+        model = load_model(args, family=variant.family)
+        if args.calibrate is not None:
+            model.options["calibrate"] = str(args.calibrate)
+
+        def progress(msg: str) -> None:
+            status.update(f"{model.name} {variant.name} -> {target.name}: {msg}")
+            out.print(f"  [dim]{model.name} -> {target.name}:[/] {msg}", highlight=False)
+
+        result = compile_model(model, variant=variant, target=target, out=args.output, progress=progress,
+                               seed=args.seed, use_tuning=not args.no_tuning, tuning_roots=args.tuning_records)
+    if args.json:
+        print_json({"package": str(result.package), "seconds": result.seconds,
+                    "size_bytes": result.package.stat().st_size})
+    else:
+        print(result)
+    return 0

@@ -1,0 +1,52 @@
+"""`edge-sdk inspect PKG [--json]`: a package's manifest (layers, FLOPs, sizes) as a table or JSON."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from edge_sdk.cli.common import print_json
+
+
+def add_inspect_parser(sub) -> None:
+    p = sub.add_parser("inspect", help="print a package's manifest: layers, FLOPs, sizes")
+    p.add_argument("package", type=Path)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(drive=drive_inspect)
+
+
+def drive_inspect(args) -> int:
+    from edge_sdk.package import read_manifest
+
+    m = read_manifest(args.package)
+    if args.json:
+        print_json(m)
+        return 0
+    from rich.console import Console
+
+    out = Console(width=None if sys.stdout.isatty() else 140)
+    i = m["input"]
+    out.print(f"[bold]{m['model']['name']}[/] {m['variant']} for {m['target']['name']} "
+              f"({m['target']['llvm'].get('mcpu')}), built {m['created']} with edge-sdk {m['versions']['edge_sdk']}, "
+              f"TVM {m['versions']['tvm']}")
+    out.print(f"source: {m['model']['source']}")
+    out.print(f"input: {i['name']} {i['shape']} {i['dtype']} {i['layout']}, preprocess {i['preprocess']}")
+    out.print(f"output: {m['output']['shape']} {m['output']['dtype']}; labels: "
+              f"{len(m['labels']) if m.get('labels') else 'none'}")
+    out.print(_layer_table(m))
+    sizes = ", ".join(f"{n} {v['size'] / 1e6:.2f} MB" for n, v in m["members"].items())
+    out.print(f"total {m['totals']['flops'] / 1e9:.3f} GFLOP; {m['params']['count']} parameter tensors "
+              f"({m['params']['bytes'] / 1e6:.2f} MB); members: {sizes}")
+    return 0
+
+
+def _layer_table(m: dict):
+    from rich.table import Table
+
+    t = Table(title=f"{len(m['layers'])} layers")
+    for col in ("layer", "op", "output", "MFLOP", "KB read", "KB written", "FLOP/byte"):
+        t.add_column(col, justify="right" if col not in ("layer", "op", "output") else "left")
+    for r in m["layers"]:
+        op = r["op"] + ("+" + "+".join(r["epilogue"]) if r["epilogue"] else "")
+        t.add_row(r["name"], op, "x".join(map(str, r["output"])), f"{r['flops'] / 1e6:.2f}",
+                  f"{r['bytes_read'] / 1024:.0f}", f"{r['bytes_written'] / 1024:.0f}", f"{r['intensity']:.2f}")
+    return t
