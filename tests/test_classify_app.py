@@ -139,7 +139,7 @@ def test_equal_input_specs_share_one_preprocessing(monkeypatch):
 # ---- the app -----------------------------------------------------------------------------------
 
 def test_every_variant_classifies_each_frame_and_scores_match_numpy(installed, runtime, tmp_path, small_mobilenet):
-    from edge_sdk.compiler.reference import evaluate
+    from edge_sdk.quant.relax_ref import evaluate
 
     proc, rows = _app(installed, runtime, tmp_path, "--source", "picamera2-standin", "--max-frames", "3",
                       "--top-k", "3")

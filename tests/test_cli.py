@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edge_sdk.cli import main
-from edge_sdk.compiler.reference import evaluate
+from edge_sdk.quant.relax_ref import evaluate
 
 
 def _run(capsys, argv):

@@ -93,7 +93,8 @@ def test_distance_to_xnnpack_is_within_the_measured_bound(name):
 def _conv_kernel(target_name: str):
     from edge_sdk.compiler.int8 import kernels
     from edge_sdk.compiler.ops.common import simd_of
-    from edge_sdk.models.tflite_int8 import conv_params, read_int8_tflite
+    from edge_sdk.models.tflite_int8 import read_int8_tflite
+    from edge_sdk.quant.tflite_int8_ref import conv_params
     from edge_sdk.targets import get_target
 
     g = read_int8_tflite(DATA / "int8_ops" / "conv_relu6_s2_same.tflite")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edge_sdk.compiler.reference import evaluate
+from edge_sdk.quant.relax_ref import evaluate
 from edge_sdk.errors import ModelError, UsageError
 from edge_sdk.models.importers import load_model_file
 from edge_sdk.models.zoo import build_zoo_model, same_padding

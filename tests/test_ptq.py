@@ -62,7 +62,7 @@ def _held_out(model, res, seeds=(101, 102, 103, 104)):
 
 
 def test_compiled_ptq_model_equals_numpy_int8_reference(ptq):
-    from edge_sdk.models.tflite_int8 import run_reference
+    from edge_sdk.quant.tflite_int8_ref import run_reference
 
     _, model, res, run = ptq
     for _, xq in _held_out(model, res):
@@ -73,7 +73,7 @@ def test_compiled_ptq_model_equals_numpy_int8_reference(ptq):
 
 
 def test_dequantized_output_is_close_to_float(ptq):
-    from edge_sdk.compiler.reference import evaluate
+    from edge_sdk.quant.relax_ref import evaluate
     from edge_sdk.quant import int8 as q8
 
     name, model, res, run = ptq
@@ -135,7 +135,7 @@ def test_float_tflite_is_quantized_and_compiles_exactly():
 
     from edge_sdk.compiler.int8.backend import compile_int8
     from edge_sdk.models.importers import load_model_file
-    from edge_sdk.models.tflite_int8 import run_reference
+    from edge_sdk.quant.tflite_int8_ref import run_reference
     from edge_sdk.targets import get_target
 
     model = load_model_file(DATA / "awkward_37x30_float.tflite", family="int8")
@@ -249,8 +249,8 @@ def _conv_bn_model():
 
 @pytest.mark.parametrize("method", ["minmax", "percentile"])
 def test_batch_norm_is_folded_into_the_conv(method):
-    from edge_sdk.compiler.reference import evaluate
-    from edge_sdk.models.tflite_int8 import run_reference
+    from edge_sdk.quant.relax_ref import evaluate
+    from edge_sdk.quant.tflite_int8_ref import run_reference
     from edge_sdk.quant import int8 as q8
 
     model = _conv_bn_model()

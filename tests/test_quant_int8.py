@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from edge_sdk.errors import ModelError
-from edge_sdk.models.tflite_int8 import read_int8_tflite, run_reference
+from edge_sdk.models.tflite_int8 import read_int8_tflite
+from edge_sdk.quant.tflite_int8_ref import run_reference
 from edge_sdk.quant import int8 as q8
 
 DATA = Path(__file__).parent / "data"

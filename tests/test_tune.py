@@ -115,7 +115,7 @@ def test_compile_applies_records_and_matches_reference(capsys, records, tiny, tm
     from tvm import relax
 
     from edge_sdk.compiler.lower import compile_relax
-    from edge_sdk.compiler.reference import evaluate
+    from edge_sdk.quant.relax_ref import evaluate
     from edge_sdk.targets import get_target
     from edge_sdk.tuning.store import RecordSet
 

@@ -155,9 +155,9 @@ def test_pi3_under_qemu_matches_direct_conv(shape, co, pad, m, residual, act):
 @pytest.mark.slow
 def test_resnet18_with_winograd_matches_reference():
     """A whole ResNet18 (width 0.25, 112 px: 28x28 and 14/7/4 px stages, so both m=4 and m=2 run)
-    compiled for the host against the numpy interpreter (compiler/reference.py, float64)."""
+    compiled for the host against the numpy interpreter (quant/relax_ref.py, float64)."""
     from edge_sdk.compiler import lower
-    from edge_sdk.compiler.reference import evaluate
+    from edge_sdk.quant.relax_ref import evaluate
     from edge_sdk.models.zoo import build_zoo_model
 
     host = get_target("host")

@@ -68,7 +68,7 @@ def reference_output(model: Model, x: np.ndarray) -> tuple[np.ndarray, str]:
         from edge_sdk.runtime.litert import run_tflite
 
         return run_tflite(Path(model.source), x), "litert"
-    from edge_sdk.compiler.reference import evaluate
+    from edge_sdk.quant.relax_ref import evaluate
     from edge_sdk.errors import ModelError
 
     try:

@@ -81,7 +81,7 @@ def calibration_inputs(model, images: Path | None, *, seed: int, count: int = DE
 
 
 def _float_run(model, x: np.ndarray) -> dict:
-    from edge_sdk.compiler.reference import evaluate
+    from edge_sdk.quant.relax_ref import evaluate
 
     trace: dict = {}
     try:
@@ -116,7 +116,7 @@ def calibrate(model, inputs: list[np.ndarray], *, method: str = "minmax", percen
 
 def layer_report(model, g, to_var: dict, inputs: list[np.ndarray]) -> dict:
     """Dequantized int8 reference vs float reference, per quantized tensor, over `inputs`."""
-    from edge_sdk.models.tflite_int8 import run_reference
+    from edge_sdk.quant.tflite_int8_ref import run_reference
 
     acc: dict[int, list[float]] = {}  # tensor -> [sum err^2, sum ref^2, max|err|, count]
     agree = 0

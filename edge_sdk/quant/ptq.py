@@ -5,7 +5,7 @@
     g = build_int8_graph(model, layers, ranges)   # the same Int8Graph read_int8_tflite produces
 
 Why an Int8Graph: the graph then takes exactly the path of a converter-written full-int8 file — the
-numpy reference (models.tflite_int8.run_reference) and the integer kernels (compiler.int8) — so
+numpy reference (quant.tflite_int8_ref.run_reference) and the integer kernels (compiler.int8) — so
 "compiled == reference" is tested on one code path for both. The choices follow the TFLite converter:
 weights int8 symmetric per output channel (max|w|/127, narrow range [-127, 127], zero point 0);
 bias int32 at S_in * S_w; activations int8 asymmetric from the calibrated range widened to contain 0;

@@ -24,7 +24,8 @@ from edge_sdk.compiler.int8 import glue, kernels
 from edge_sdk.compiler.lower import lift_params
 from edge_sdk.compiler.ops.common import simd_of
 from edge_sdk.errors import CompileError, ModelError, UsageError
-from edge_sdk.models.tflite_int8 import Int8Graph, add_params, conv_params, op_act, read_int8_tflite
+from edge_sdk.models.tflite_int8 import Int8Graph, read_int8_tflite
+from edge_sdk.quant.tflite_int8_ref import add_params, conv_params, op_act
 
 
 def _kernel_for(g: Int8Graph, op, simd, name: str):
@@ -175,7 +176,7 @@ def _reference_golden(g: Int8Graph, src: Path, x: np.ndarray) -> tuple[np.ndarra
                              text=True, timeout=600, check=False)
         if res.returncode == 0 and yo.is_file():
             return np.load(yo), "litert-builtin-ref"
-    from edge_sdk.models.tflite_int8 import run_reference
+    from edge_sdk.quant.tflite_int8_ref import run_reference
 
     return run_reference(g, x), "numpy-int8-reference"
 
@@ -207,7 +208,7 @@ def _lower_ptq(model, target, *, progress, seed: int, images: Path | None):
     """Float model -> PTQ Int8Graph -> integer kernels; golden pair from the numpy int8 reference (exact)."""
     from edge_sdk.compiler.build import Lowered
     from edge_sdk.compiler.int8.layers import int8_layer_table
-    from edge_sdk.models.tflite_int8 import run_reference
+    from edge_sdk.quant.tflite_int8_ref import run_reference
     from edge_sdk.quant.calibration import format_report, quantize_model
     from edge_sdk.quant.int8 import quantize
 

@@ -1,0 +1,97 @@
+"""The numpy reference run of an Int8Graph (models/tflite_int8.py), and each op's quantization parameters.
+
+    y = run_reference(g, x)           # edge_sdk.quant.int8 kernels, op by op: bit-exact with TFLite BUILTIN_REF
+    conv_params / add_params / op_act # what a conv, an add or a clamp needs: the compiler (compiler/int8) reads them too
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from edge_sdk.errors import ModelError
+from edge_sdk.models.tflite_int8 import ACT_NAMES, Int8Graph, Op
+from edge_sdk.quant import int8 as q8
+
+
+def op_act(g: Int8Graph, op: Op) -> tuple[int, int]:
+    out = g.tensors[op.outputs[0]]
+    return q8.activation_range(ACT_NAMES.get(op.opts.get("act", 0), "NONE"), out.q.s, out.q.z)
+
+
+def conv_params(g: Int8Graph, op: Op) -> dict:
+    """Everything a conv/depthwise/dense kernel needs besides the input: weights, bias, requantization."""
+    x, w, out = (g.tensors[i] for i in (op.inputs[0], op.inputs[1], op.outputs[0]))
+    bias = g.tensors[op.inputs[2]].data if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+    mult, shift = q8.conv_multipliers(x.q.s, w.q.scale, out.q.s)
+    n_out = w.shape[-1] if op.kind == "DEPTHWISE_CONV_2D" else w.shape[0]
+    if mult.size == 1:
+        mult, shift = np.repeat(mult, n_out), np.repeat(shift, n_out)
+    return {"w": w.data, "bias": None if bias is None else bias.astype(np.int32), "in_zp": x.q.z,
+            "multiplier": mult, "shift": shift, "out_zp": out.q.z, "act": op_act(g, op)}
+
+
+def add_params(g: Int8Graph, op: Op) -> q8.AddParams:
+    a, b, out = (g.tensors[i] for i in (op.inputs[0], op.inputs[1], op.outputs[0]))
+    return q8.AddParams.make(a.q.s, a.q.z, b.q.s, b.q.z, out.q.s, out.q.z)
+
+
+def eval_op(g: Int8Graph, op: Op, env: dict[int, np.ndarray]) -> np.ndarray:
+    """One op on numpy inputs from env, with the edge_sdk.quant.int8 reference kernels."""
+    x = env.get(op.inputs[0]) if op.inputs else None
+    t_in = g.tensors[op.inputs[0]] if op.inputs else None
+    t_out = g.tensors[op.outputs[0]]
+    k, o = op.kind, op.opts
+    if k == "CONV_2D":
+        p = conv_params(g, op)
+        return q8.conv2d(x, p.pop("w"), p.pop("bias"), stride=o["stride"], dilation=o["dilation"],
+                         padding=o["padding"], **p)
+    if k == "DEPTHWISE_CONV_2D":
+        p = conv_params(g, op)
+        return q8.depthwise_conv2d(x, p.pop("w"), p.pop("bias"), stride=o["stride"], padding=o["padding"],
+                                   depth_multiplier=t_out.shape[-1] // t_in.shape[-1], **p)
+    if k == "FULLY_CONNECTED":
+        p = conv_params(g, op)
+        y = q8.fully_connected(x, p.pop("w"), p.pop("bias"), **p)
+        return y.reshape(t_out.shape)
+    if k == "ADD":
+        return q8.add(x, env[op.inputs[1]], add_params(g, op), op_act(g, op))
+    if k in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
+        fn = q8.avg_pool if k == "AVERAGE_POOL_2D" else q8.max_pool
+        return fn(x, kh=o["filter"][0], kw=o["filter"][1], stride=o["stride"], padding=o["padding"],
+                  act=op_act(g, op))
+    if k == "MEAN":
+        axes = tuple(int(a) for a in np.asarray(g.tensors[op.inputs[1]].data).reshape(-1))
+        y = q8.mean(x, axes, in_zp=t_in.q.z, out_zp=t_out.q.z, in_scale=t_in.q.s, out_scale=t_out.q.s,
+                    keep_dims=o["keep_dims"])
+        return y.reshape(t_out.shape)
+    if k in ("RESHAPE", "SQUEEZE"):
+        return x.reshape(t_out.shape)
+    if k in ("PAD", "PADV2"):
+        value = t_out.q.z
+        if k == "PADV2" and len(op.inputs) > 2:
+            value = int(np.asarray(g.tensors[op.inputs[2]].data).reshape(-1)[0])
+        return q8.pad(x, g.tensors[op.inputs[1]].data, value=value)
+    if k == "CONCATENATION":
+        y = np.concatenate([env[i] for i in op.inputs], axis=o["axis"])
+        lo, hi = op_act(g, op)
+        return np.clip(y, lo, hi).astype(np.int8)
+    if k == "SOFTMAX":
+        return q8.softmax(x, beta=o["beta"], in_scale=t_in.q.s)
+    if k == "LOGISTIC":
+        return q8.logistic(x, q8.logistic_table(t_in.q.s, t_in.q.z, t_out.q.s, t_out.q.z))
+    if k == "QUANTIZE":
+        if t_in.dtype == "float32":
+            return q8.quantize(x, t_out.q.s, t_out.q.z)
+        mult, shift = q8.quantize_multiplier(float(np.float32(t_in.q.s)) / float(np.float32(t_out.q.s)))
+        return q8.requantize(x.astype(np.int64) - t_in.q.z, mult, shift, t_out.q.z, (q8.INT8_MIN, q8.INT8_MAX))
+    if k == "DEQUANTIZE":
+        return q8.dequantize(x, t_in.q.s, t_in.q.z)
+    raise ModelError(f"{g.path}: op {op.index} ({k}) has no reference kernel")
+
+
+def run_reference(g: Int8Graph, x: np.ndarray, *, keep: bool = False):
+    """Run the whole graph; returns the output (and, with keep=True, every intermediate tensor by index)."""
+    env = {g.inputs[0]: np.asarray(x)}
+    for op in g.ops:
+        env[op.outputs[0]] = eval_op(g, op, env)
+    out = env[g.outputs[0]]
+    return (out, env) if keep else out
