@@ -1,7 +1,9 @@
 """The Model object: what intake produces and the compiler consumes."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -34,12 +36,18 @@ class Preprocess:
         return out[None]
 
 
+def model_name(path: Path) -> str:
+    """A model's name from its file: the stem, with anything but letters, digits, '_', '.', '-' as '_'."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", Path(path).stem)
+
+
 @dataclass
 class Model:
-    """A float model in TVM Relax: `mod["main"]` takes one NHWC input, all weights bound as constants."""
+    """A model for compile: `mod["main"]` (a float Relax graph) takes one NHWC input, all weights bound as
+    constants; `mod` is None for files a backend reads itself (full-integer .tflite, LCE models)."""
 
     name: str
-    mod: object  # tvm.IRModule
+    mod: object  # tvm.IRModule, or None (see above)
     input_name: str
     input_shape: tuple[int, ...]
     input_dtype: str

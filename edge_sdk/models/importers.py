@@ -4,11 +4,10 @@ A corrupt file or an unsupported op is a ModelError naming the file (and the op)
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from edge_sdk.errors import ModelError
-from edge_sdk.models.base import Model, Preprocess
+from edge_sdk.models.base import Model, Preprocess, model_name
 
 _TFLITE_DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 9: "int8", 7: "int16"}
 
@@ -72,7 +71,7 @@ def load_tflite(path: Path) -> Model:
         mod = from_tflite(tfl)
     except Exception as e:  # noqa: BLE001 - the frontend raises many types; name the file and the op
         raise _unsupported(path, e) from e
-    return Model(name=_stem(path), mod=_bind_params(mod), input_name=in_name, input_shape=shape,
+    return Model(name=model_name(path), mod=_bind_params(mod), input_name=in_name, input_shape=shape,
                  input_dtype=in_dtype, preprocess=pre, source=str(path))
 
 
@@ -101,12 +100,8 @@ def load_onnx(path: Path) -> Model:
     name = mod["main"].params[0].name
     nhwc = [dims[0], dims[2], dims[3], dims[1]] if nchw else dims
     _, pre = _image_input(path, name, nhwc, "float32")
-    return Model(name=_stem(path), mod=_bind_params(mod), input_name=name, input_shape=tuple(dims),
+    return Model(name=model_name(path), mod=_bind_params(mod), input_name=name, input_shape=tuple(dims),
                  input_dtype="float32", preprocess=pre, source=str(path), layout="NCHW" if nchw else "NHWC")
-
-
-def _stem(path: Path) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem)
 
 
 def load_tflite_int8(path: Path) -> Model:
@@ -115,7 +110,7 @@ def load_tflite_int8(path: Path) -> Model:
 
     spec = read_int8_tflite(path).input_spec()
     shape, pre = _image_input(path, spec["name"], spec["shape"], spec["dtype"])
-    return Model(name=_stem(path), mod=None, input_name=spec["name"], input_shape=shape, input_dtype=spec["dtype"],
+    return Model(name=model_name(path), mod=None, input_name=spec["name"], input_shape=shape, input_dtype=spec["dtype"],
                  preprocess=pre, source=str(path), options={"input_quantization": spec["quantization"]})
 
 

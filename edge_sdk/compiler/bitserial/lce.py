@@ -244,7 +244,8 @@ def lower_lce(model, variant, target, *, progress, seed: int):
 
     from edge_sdk.compiler.build import Lowered
     from edge_sdk.compiler.lower import compile_relax
-    from edge_sdk.models.lce import read_lce, run_reference
+    from edge_sdk.models.lce import read_lce
+    from edge_sdk.quant.lce_ref import run_reference
 
     if (variant.weight_bits, variant.activation_bits) != (1, 1):
         raise UsageError(f"{model.source} is a Larq binary model (1-bit weights and activations): compile it with "
