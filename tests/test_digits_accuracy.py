@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from edge_sdk.models import digits
+from edge_sdk.bench import accuracy as digits
 
 tvm = pytest.importorskip("tvm")
 

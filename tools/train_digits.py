@@ -8,7 +8,7 @@ Riptide's question whether fused glue costs accuracy.
     .venv/bin/python tools/train_digits.py --eval     # only compile + evaluate the stored weights
     .venv/bin/python tools/train_digits.py --eval --int8   # + rewrite the int8 model (TF venv) first
 
-Models (edge_sdk/models/digits.py: the zoo ResNet18 at alpha 0.25, 32x32 RGB input, TF SAME padding):
+Models (edge_sdk/bench/accuracy.py: the zoo ResNet18 at alpha 0.25, 32x32 RGB input, TF SAME padding):
   float         conv + BN + ReLU, trained with Adam and +-1 pixel shifts
   w1a1, w1a2    the binarized layout of models/binarized.py, initialised from the float weights:
                 float stem -> codes clip(floor(y / step + 1/2), 0, 2^a - 1) with step 2^(1-a); each binary
@@ -36,7 +36,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from edge_sdk.models.digits import SPEC, WEIGHTS, weights_path  # noqa: E402
+from edge_sdk.bench.accuracy import SPEC, WEIGHTS, weights_path  # noqa: E402
 
 EPS = 1e-3  # the zoo's BN epsilon (Keras)
 
@@ -195,7 +195,7 @@ def load_from(net, src) -> None:
 
 
 def train(torch, net, xtr, ytr, *, epochs: int, lr: float, seed: int) -> None:
-    from edge_sdk.models.digits import to_input
+    from edge_sdk.bench.accuracy import to_input
 
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
@@ -217,7 +217,7 @@ def train(torch, net, xtr, ytr, *, epochs: int, lr: float, seed: int) -> None:
 
 
 def torch_accuracy(torch, net, xte, yte) -> float:
-    from edge_sdk.models.digits import to_input
+    from edge_sdk.bench.accuracy import to_input
 
     with torch.no_grad():
         scores = net(torch.from_numpy(to_input(xte).transpose(0, 3, 1, 2).copy()))
@@ -287,7 +287,7 @@ def make_int8() -> None:
         raise SystemExit(f"{TF_PY} missing: run `bash tools/setup_tf_env.sh`")
     import tempfile
 
-    from edge_sdk.models.digits import to_input
+    from edge_sdk.bench.accuracy import to_input
 
     with tempfile.TemporaryDirectory(prefix="digits-int8-") as tmp:
         calib = Path(tmp) / "calib.npy"
@@ -308,7 +308,7 @@ ROWS = [  # (row name, weights, glue, shiftnorm)
 
 
 def evaluate(torch_acc: dict | None) -> dict:
-    from edge_sdk.models import digits
+    from edge_sdk.bench import accuracy as digits
     from edge_sdk.targets import get_target
     from edge_sdk.variants import VARIANTS
 

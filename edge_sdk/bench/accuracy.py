@@ -2,7 +2,7 @@
 
 tools/train_digits.py trains a zoo ResNet18 (alpha SPEC["alpha"], 32x32 RGB input, 10 classes) in float and
 its binarized counterparts (straight-through estimator, the Riptide layout of models/binarized.py with shift
-normalization), and stores the weights here under the zoo's names, so
+normalization), and stores the weights in edge_sdk/models/weights under the zoo's names, so
     build_zoo_model("resnet18", weights=weights_path("float"), ...)       and
     binarized_resnet18(a_bits=.., w_bits=.., weights=weights_path("w1a2"), ...)
 load them. Binary layers' weights are stored as s * sign(w) (s = the layer's per-channel scale), which is
@@ -22,7 +22,7 @@ import numpy as np
 from edge_sdk.errors import ModelError
 
 SPEC = {"alpha": 0.25, "resolution": 32, "classes": 10}
-WEIGHTS = Path(__file__).parent / "weights"
+WEIGHTS = Path(__file__).parents[1] / "models" / "weights"  # shipped with the zoo (package data)
 KINDS = ("float", "w1a1", "w1a2", "w2a2", "w1a2-plainbn")  # plainbn: trained without shift normalization
 
 
