@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import posixpath
-import signal
 import sys
 import tempfile
 import time
@@ -32,48 +31,6 @@ from edge_sdk.stand_ins import device_image_module
 _REPO = Path(__file__).resolve().parent.parent
 APP_DIR = _REPO / "apps" / "classify"
 APP_FILES = ("classify.py", "sources.py", "picamera2_standin.py")
-
-
-def add_demo_parser(sub) -> None:
-    p = sub.add_parser("demo", help="compile, deploy to an emulated Pi 3, classify frames on it, dashboard")
-    p.add_argument("--model", default="mobilenet_v1", help="zoo model (default mobilenet_v1)")
-    p.add_argument("--alpha", type=float, default=1.0, help="width multiplier (default 1.0)")
-    p.add_argument("--resolution", type=int, default=224, help="input size (default 224)")
-    p.add_argument("--classes", type=int, default=1000)
-    p.add_argument("--bitserial", default="w1a2", help="bitserial variant to compile (default w1a2)")
-    p.add_argument("--frames", type=int, default=10, help="sample frames the app classifies (default 10)")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--no-host", action="store_true", help="skip the host packages and the loopback device")
-    p.add_argument("--db", type=Path, help="results database (default: the user's results store)")
-    p.add_argument("--dashboard", type=Path, help="HTML file to write (default: next to the database)")
-    p.add_argument("--out-dir", type=Path, help="package cache (default $EDGE_SDK_CACHE/demo)")
-    p.add_argument("--json", action="store_true", help="also print the table rows as JSON")
-    p.set_defaults(drive=drive_demo)
-
-
-def drive_demo(args) -> int:
-    from edge_sdk.cli import _print_json
-    from edge_sdk.results.store import default_db_path
-
-    if args.frames < 1 or args.threads < 1:
-        raise UsageError("--frames and --threads must be at least 1")
-    db = args.db or default_db_path()
-    cache = Path(os.environ.get("EDGE_SDK_CACHE") or Path.home() / ".cache/edge-sdk")
-    old = signal.signal(signal.SIGTERM, _sigterm)  # so `finally` stops the devices on kill too
-    try:
-        report = run_demo(model=args.model, alpha=args.alpha, resolution=args.resolution, classes=args.classes,
-                          bitserial=args.bitserial, frames=args.frames, threads=args.threads,
-                          host=not args.no_host, db=db, dashboard=args.dashboard or db.with_name("dashboard.html"),
-                          out_dir=args.out_dir or cache / "demo")
-    finally:
-        signal.signal(signal.SIGTERM, old)
-    if args.json:
-        _print_json(report.rows)
-    return 0 if report.ok else 7
-
-
-def _sigterm(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @dataclass
