@@ -9,7 +9,7 @@ import numpy as np
 
 from edge_sdk.errors import ModelError
 from edge_sdk.models.tflite_int8 import ACT_NAMES, Int8Graph, Op
-from edge_sdk.quant import int8 as q8
+from edge_sdk.quant import int8 as q8, int8_nonlinear as qn
 
 
 def op_act(g: Int8Graph, op: Op) -> tuple[int, int]:
@@ -75,9 +75,9 @@ def eval_op(g: Int8Graph, op: Op, env: dict[int, np.ndarray]) -> np.ndarray:
         lo, hi = op_act(g, op)
         return np.clip(y, lo, hi).astype(np.int8)
     if k == "SOFTMAX":
-        return q8.softmax(x, beta=o["beta"], in_scale=t_in.q.s)
+        return qn.softmax(x, beta=o["beta"], in_scale=t_in.q.s)
     if k == "LOGISTIC":
-        return q8.logistic(x, q8.logistic_table(t_in.q.s, t_in.q.z, t_out.q.s, t_out.q.z))
+        return qn.logistic(x, qn.logistic_table(t_in.q.s, t_in.q.z, t_out.q.s, t_out.q.z))
     if k == "QUANTIZE":
         if t_in.dtype == "float32":
             return q8.quantize(x, t_out.q.s, t_out.q.z)

@@ -69,7 +69,7 @@ def _kernel_for(g: Int8Graph, op, simd, name: str):
     if op.kind == "SOFTMAX":
         return glue.softmax(xs, beta=o["beta"], in_scale=t_in.q.s, name=name)
     if op.kind == "LOGISTIC":
-        from edge_sdk.quant.int8 import logistic_table
+        from edge_sdk.quant.int8_nonlinear import logistic_table
 
         return glue.logistic(xs, logistic_table(t_in.q.s, t_in.q.z, t_out.q.s, t_out.q.z), name=name)
     if op.kind == "QUANTIZE":

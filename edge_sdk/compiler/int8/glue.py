@@ -14,7 +14,7 @@ from tvm import s_tir, te, tirx
 from edge_sdk.compiler.int8 import fixedpoint as fp
 from edge_sdk.compiler.int8.kernels import Kernel
 from edge_sdk.compiler.ops.common import finish
-from edge_sdk.quant import int8 as q8
+from edge_sdk.quant import int8 as q8, int8_nonlinear as qn
 
 
 def _done(args, name: str, consts, out_shape, out_dtype="int8") -> Kernel:
@@ -116,12 +116,12 @@ def pad(shape, paddings, value: int, *, name: str) -> Kernel:
 
 def softmax(shape, *, beta: float, in_scale: float, name: str) -> Kernel:
     """reference_ops::Softmax int8 -> int8 over the last axis (output scale 1/256, zero point -128)."""
-    mult, left, diff_min = q8.softmax_params(beta, in_scale)
+    mult, left, diff_min = qn.softmax_params(beta, in_scale)
     diff = -np.arange(256, dtype=np.int64)  # index d <-> x - max = -d
-    e = q8.exp_on_negative_values(q8.srdhm(diff * (1 << left), mult), 5)
+    e = qn.exp_on_negative_values(q8.srdhm(diff * (1 << left), mult), 5)
     valid = diff >= diff_min
     e_tab = np.where(valid, e, 0).astype(np.int32)
-    acc_tab = np.where(valid, q8._sat_mul_pot(e, -12), 0).astype(np.int32)
+    acc_tab = np.where(valid, qn.sat_mul_pot(e, -12), 0).astype(np.int32)
     valid_tab = valid.astype(np.int32)
     d = shape[-1]
     x = te.placeholder(shape, "int8", name="x")
