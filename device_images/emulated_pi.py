@@ -25,16 +25,16 @@ import ipaddress
 import json
 import os
 import random
-import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+
+from stand_in_fleet import StandInError, StandInFleet, keygen, kill_quietly, public_host_key, run
 
 SUITE = "bookworm"
 PACKAGES = "python3,python3-numpy,openssh-server,coreutils"
@@ -80,7 +80,7 @@ exec chroot "$root" /usr/sbin/sshd -D -f /etc/ssh/sshd_config.edge-sdk -E "$log"
 """
 
 
-class EmulatedError(RuntimeError):
+class EmulatedError(StandInError):
     pass
 
 
@@ -168,122 +168,67 @@ class PiDevice:
     log = property(lambda self: Path(self.dir) / "sshd.log")
 
     def public_host_key(self) -> str:
-        return " ".join(self.host_key_file.with_suffix(".pub").read_text().split()[:2])
+        return public_host_key(self)
 
 
-class EmulatedFleet:
+class EmulatedFleet(StandInFleet):
     """Start with EmulatedFleet.start(n, root); reattach with EmulatedFleet.load(root)."""
 
-    def __init__(self, root: Path, fleet_id: str, devices: list[PiDevice]):
-        self.root, self.fleet_id, self.devices = Path(root), fleet_id, devices
-        self._procs: dict[str, subprocess.Popen] = {}
-
-    fleet_yaml = property(lambda self: self.root / "fleet.yaml")
-    client_key = property(lambda self: self.root / "client_ed25519")
-
-    def __getitem__(self, name: str) -> PiDevice:
-        return {d.name: d for d in self.devices}[name]
+    STATE = STATE
+    DEVICE = PiDevice
+    Error = EmulatedError
+    KIND = "emulated Pis"
+    CLIENT_COMMENT = "edge-sdk emulated-pi client"
+    READY_TIMEOUT = 120.0
+    POLL = 0.1
 
     @classmethod
-    def start(cls, n: int, root: str | os.PathLike, *, trust: bool = False, timeout: float = 120.0) -> EmulatedFleet:
+    def _check_start(cls, n: int) -> None:
         check_host()
         if not 1 <= n <= 16:
             raise EmulatedError("--n must be from 1 to 16")
-        lower = build_rootfs()
-        root = Path(root).resolve()
-        root.mkdir(parents=True, exist_ok=True)
-        if (root / STATE).exists():
-            raise EmulatedError(f"{root} already holds emulated Pis: stop them first (stop --dir {root})")
-        fleet = cls(root, secrets.token_hex(3), [])
-        try:
-            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "edge-sdk emulated-pi client",
-                  "-f", os.fspath(fleet.client_key)])
-            for i, net in enumerate(_free_subnets(n)):
-                hosts = list(net.hosts())
-                dev = PiDevice(f"pi{i + 1}", str(hosts[1]), str(hosts[0]), f"edge-pi-{fleet.fleet_id}-{i + 1}",
-                               f"ep{fleet.fleet_id}{i + 1}", os.fspath(root / f"pi{i + 1}"))
-                fleet.devices.append(dev)
-                fleet._provision(dev)
-                fleet._save()
-                fleet._network(dev)
-            for dev in fleet.devices:
-                fleet._spawn(dev, lower)
-            fleet._save()
-            for dev in fleet.devices:
-                fleet._wait_ready(dev, timeout)
-            fleet._write_fleet_yaml()
-            if trust:
-                fleet.write_known_hosts(root / "known_hosts")
-        except BaseException:
-            fleet.stop()
-            raise
-        return fleet
+        build_rootfs()
 
-    @classmethod
-    def load(cls, root: str | os.PathLike) -> EmulatedFleet:
-        root = Path(root).resolve()
-        try:
-            state = json.loads((root / STATE).read_text())
-        except FileNotFoundError:
-            raise EmulatedError(f"no emulated Pis in {root} ({STATE} missing)") from None
-        return cls(root, state["fleet_id"], [PiDevice(**d) for d in state["devices"]])
+    def _create(self, n: int) -> None:
+        for i, net in enumerate(_free_subnets(n)):
+            hosts = list(net.hosts())
+            dev = PiDevice(f"pi{i + 1}", str(hosts[1]), str(hosts[0]), f"edge-pi-{self.fleet_id}-{i + 1}",
+                           f"ep{self.fleet_id}{i + 1}", os.fspath(self.root / f"pi{i + 1}"))
+            self.devices.append(dev)
+            self._provision(dev)
+            self._save()
+            self._network(dev)
 
-    def stop(self) -> None:
-        """Stop every device, delete its network namespace (and veth) and what start() wrote."""
+    def _remove_device(self, dev: PiDevice) -> list[str]:
+        """Delete the device's network namespace (and veth) and its folder."""
         problems = []
-        for dev in self.devices:
-            self.stop_device(dev.name)
-            if Path(f"/run/netns/{dev.netns}").exists():
-                p = _run(["ip", "netns", "del", dev.netns], check=False)
-                if p.returncode != 0:
-                    problems.append(f"ip netns del {dev.netns}: {p.stderr.strip()}")
-            _run(["ip", "link", "del", dev.veth], check=False)  # normally gone with the namespace
-            try:
-                _rmtree(Path(dev.dir))
-            except EmulatedError as e:
-                problems.append(str(e))
-        for name in (STATE, "fleet.yaml", "known_hosts", "client_ed25519", "client_ed25519.pub"):
-            (self.root / name).unlink(missing_ok=True)
+        if Path(f"/run/netns/{dev.netns}").exists():
+            p = _run(["ip", "netns", "del", dev.netns], check=False)
+            if p.returncode != 0:
+                problems.append(f"ip netns del {dev.netns}: {p.stderr.strip()}")
+        _run(["ip", "link", "del", dev.veth], check=False)  # normally gone with the namespace
         try:
-            self.root.rmdir()
-        except OSError:
-            pass
-        left = [m for m in _mounts() if any(m.startswith(d.dir) for d in self.devices)]
-        if left:
-            problems.append(f"mounts left: {left}")
-        if problems:
-            raise EmulatedError("stopped, but: " + "; ".join(problems))
+            _rmtree(Path(dev.dir))
+        except EmulatedError as e:
+            problems.append(str(e))
+        return problems
 
-    def stop_device(self, name: str) -> None:
-        """Power off one device: every process in its pid namespace dies, its mounts go with them."""
-        dev = self[name]
-        proc = self._procs.pop(name, None)
+    def _leftovers(self) -> list[str]:
+        left = [m for m in _mounts() if any(m.startswith(d.dir) for d in self.devices)]
+        return [f"mounts left: {left}"] if left else []
+
+    def _power_off(self, dev: PiDevice, proc: subprocess.Popen | None) -> None:
+        """Every process in the device's pid namespace dies, its mounts go with them."""
         if dev.pid and _is_ours(dev.pid, dev.dir):
-            _kill_quietly(dev.pid)  # unshare --kill-child: its child (pid 1 there) gets SIGKILL
+            kill_quietly(dev.pid)  # unshare --kill-child: its child (pid 1 there) gets SIGKILL
             if proc is not None:
                 proc.wait(10)
             deadline = time.monotonic() + 10
             while Path(f"/proc/{dev.pid}").exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
-        dev.pid = None
         deadline = time.monotonic() + 10  # the namespace's mounts go when its last process has gone
         while any(m.startswith(dev.dir) for m in _mounts()) and time.monotonic() < deadline:
             time.sleep(0.02)
-        if (self.root / STATE).exists():
-            self._save()
-
-    def start_device(self, name: str, *, timeout: float = 120.0) -> None:
-        dev = self[name]
-        if dev.pid:
-            raise EmulatedError(f"{name} is running")
-        self._spawn(dev, rootfs_dir())
-        self._wait_ready(dev, timeout)
-        self._save()
-
-    def write_known_hosts(self, path: str | os.PathLike) -> Path:
-        path = Path(path)
-        _write_atomic(path, "".join(f"{d.ip} {d.public_host_key()}\n" for d in self.devices), 0o600)
-        return path
 
     # -- steps ---------------------------------------------------------------------------------
     def _provision(self, dev: PiDevice) -> None:
@@ -294,8 +239,7 @@ class EmulatedFleet:
         upper = d / "upper"
         for p in ("etc", "etc/ssh"):
             os.chmod(upper / p, 0o755)
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{dev.name} host key",
-              "-f", os.fspath(dev.host_key_file)])
+        keygen(dev.host_key_file, f"{dev.name} host key", error=EmulatedError)
         (upper / "etc/ssh/sshd_config.edge-sdk").write_text(_SSHD_CONFIG.format(ip=dev.ip, user=USER))
         (upper / "etc/hostname").write_text(dev.name + "\n")
         ssh_dir = upper / "home" / USER / ".ssh"
@@ -316,7 +260,7 @@ class EmulatedFleet:
         _run([*ns, "ip", "link", "set", "eth0", "up"])
         _run([*ns, "ip", "link", "set", "lo", "up"])
 
-    def _spawn(self, dev: PiDevice, lower: Path) -> None:
+    def _spawn(self, dev: PiDevice) -> None:
         d = Path(dev.dir)
         shutil.rmtree(d / "work", ignore_errors=True)
         (d / "work").mkdir()
@@ -327,7 +271,7 @@ class EmulatedFleet:
         dev.log.symlink_to(log)
         argv = ["ip", "netns", "exec", dev.netns, "unshare", "--mount", "--uts", "--pid", "--fork",
                 "--kill-child=SIGKILL", "/bin/sh", "-c", _BOOT, "edge-pi-boot",
-                os.fspath(lower), os.fspath(d / "upper"), os.fspath(d / "work"), os.fspath(d / "root"),
+                os.fspath(rootfs_dir()), os.fspath(d / "upper"), os.fspath(d / "work"), os.fspath(d / "root"),
                 dev.name, "/var/log/sshd.log"]
         boot_log = open(d / "boot.log", "wb")  # noqa: SIM115 - kept by the child
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=boot_log, stderr=boot_log,
@@ -336,45 +280,30 @@ class EmulatedFleet:
         self._procs[dev.name] = proc
         dev.pid = proc.pid
 
-    def _wait_ready(self, dev: PiDevice, timeout: float) -> None:
+    def _answers(self, dev: PiDevice) -> bool:
         """Ready when sshd answers with its banner (it is listening and running under qemu)."""
-        deadline = time.monotonic() + timeout
-        proc = self._procs.get(dev.name)
-        while True:
-            if proc is not None and proc.poll() is not None:
-                boot = (Path(dev.dir) / "boot.log").read_text(errors="replace")[-2000:]
-                raise EmulatedError(f"{dev.name} exited with {proc.returncode} while starting:\n{boot}\n"
-                                    + dev.log.read_text(errors="replace")[-2000:])
-            try:
-                with socket.create_connection((dev.ip, 22), timeout=2) as s:
-                    s.settimeout(10)
-                    if s.recv(64).startswith(b"SSH-"):
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise EmulatedError(f"{dev.name}: sshd not answering on {dev.ip}:22 after {timeout:g} s; "
-                                    f"see {dev.dir}/boot.log and {dev.log}")
-            time.sleep(0.1)
+        try:
+            with socket.create_connection((dev.ip, 22), timeout=2) as s:
+                s.settimeout(10)
+                return s.recv(64).startswith(b"SSH-")
+        except OSError:
+            return False
 
-    def _save(self) -> None:
-        state = {"fleet_id": self.fleet_id, "devices": [asdict(d) for d in self.devices]}
-        _write_atomic(self.root / STATE, json.dumps(state, indent=1), 0o644)
+    def _exit_message(self, dev: PiDevice, proc: subprocess.Popen) -> str:
+        boot = (Path(dev.dir) / "boot.log").read_text(errors="replace")[-2000:]
+        return (f"{dev.name} exited with {proc.returncode} while starting:\n{boot}\n"
+                + dev.log.read_text(errors="replace")[-2000:])
 
-    def _write_fleet_yaml(self) -> None:
+    def _fleet_yaml_lines(self) -> list[str]:
         lines = ["# written by device_images/emulated_pi.py: arm64 Debian under qemu, one namespace each",
                  f"defaults: {{user: {USER}, key: {self.client_key}, target: pi3}}", "devices:"]
         lines += [f"  {d.name}: {{host: {d.ip}, tags: [emulated]}}" for d in self.devices]
-        lines += ["groups:", "  emulated: {match: {tags: [emulated]}}", ""]
-        _write_atomic(self.fleet_yaml, "\n".join(lines), 0o644)
+        return lines + ["groups:", "  emulated: {match: {tags: [emulated]}}", ""]
 
 
 # -- helpers --------------------------------------------------------------------------------------
 def _run(argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess:
-    p = subprocess.run(argv, capture_output=True, text=True)
-    if check and p.returncode != 0:
-        raise EmulatedError(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.strip()}")
-    return p
+    return run(argv, check=check, error=EmulatedError)
 
 
 def _free_subnets(n: int) -> list[ipaddress.IPv4Network]:
@@ -414,21 +343,6 @@ def _is_ours(pid: int, marker: str) -> bool:
         return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-
-
-def _kill_quietly(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _write_atomic(path: Path, text: str, mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:

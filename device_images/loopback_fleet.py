@@ -18,19 +18,18 @@ several fleets (several engineers) can run side by side; users are named per fle
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pwd
-import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+
+from stand_in_fleet import StandInError, StandInFleet, keygen, kill_quietly, public_host_key, run
 
 SSHD = "/usr/sbin/sshd"
 STATE = "loopback.json"
@@ -56,7 +55,7 @@ LogLevel VERBOSE
 """
 
 
-class LoopbackError(RuntimeError):
+class LoopbackError(StandInError):
     pass
 
 
@@ -76,119 +75,64 @@ class LoopDevice:
 
     def public_host_key(self) -> str:
         """'ssh-ed25519 AAAA...' as a fleet file's host_key or a known_hosts line takes it."""
-        return " ".join(self.host_key_file.with_suffix(".pub").read_text().split()[:2])
+        return public_host_key(self)
 
 
-class LoopbackFleet:
-    """Start with LoopbackFleet.start(n, root); reattach with LoopbackFleet.load(root)."""
+class LoopbackFleet(StandInFleet):
+    """Start with LoopbackFleet.start(n, root, first_ip=2); reattach with LoopbackFleet.load(root)."""
 
-    def __init__(self, root: Path, fleet_id: str, devices: list[LoopDevice]):
-        self.root, self.fleet_id, self.devices = Path(root), fleet_id, devices
-        self._procs: dict[str, subprocess.Popen] = {}
+    STATE = STATE
+    DEVICE = LoopDevice
+    Error = LoopbackError
+    KIND = "loopback devices"
+    CLIENT_COMMENT = "edge-sdk loopback client"
 
-    @property
-    def fleet_yaml(self) -> Path:
-        return self.root / "fleet.yaml"
-
-    @property
-    def client_key(self) -> Path:
-        return self.root / "client_ed25519"
-
-    def __getitem__(self, name: str) -> LoopDevice:
-        return {d.name: d for d in self.devices}[name]
-
-    # -- life cycle ------------------------------------------------------------------------
     @classmethod
-    def start(cls, n: int, root: str | os.PathLike, *, first_ip: int = 2, trust: bool = False) -> LoopbackFleet:
+    def _check_start(cls, n: int, *, first_ip: int = 2) -> None:
         if os.geteuid() != 0:
             raise LoopbackError("the loopback fleet creates Unix users: run it as root")
         if not os.access(SSHD, os.X_OK):
             raise LoopbackError(f"{SSHD} not found: apt-get install openssh-server")
         if not 1 <= n <= 250 - first_ip:
             raise LoopbackError(f"--n must be from 1 to {250 - first_ip}")
-        root = Path(root).resolve()
-        root.mkdir(parents=True, exist_ok=True)
-        if (root / STATE).exists():
-            raise LoopbackError(f"{root} already holds a fleet: stop it first (stop --dir {root})")
-        os.chmod(root, 0o711)
-        _check_traversable(root)
+
+    def _create(self, n: int, *, first_ip: int = 2) -> None:
+        os.chmod(self.root, 0o711)
+        _check_traversable(self.root)
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
-        fleet = cls(root, secrets.token_hex(3), [])
-        try:
-            _keygen(fleet.client_key, "edge-sdk loopback client")
-            for i in range(n):
-                ip = f"127.0.0.{first_ip + i}"
-                name = f"loop{i + 1}"
-                dev = LoopDevice(name, ip, _free_port(ip), f"ep{fleet.fleet_id}d{i + 1}", os.fspath(root / name))
-                fleet.devices.append(dev)
-                fleet._provision(dev)
-            fleet._save()
-            for dev in fleet.devices:
-                fleet._spawn(dev)
-            for dev in fleet.devices:
-                fleet._wait_ready(dev)
-            fleet._save()
-            fleet._write_fleet_yaml()
-            if trust:
-                fleet.write_known_hosts(root / "known_hosts")
-        except BaseException:
-            fleet.stop()
-            raise
-        return fleet
+        for i in range(n):
+            ip = f"127.0.0.{first_ip + i}"
+            name = f"loop{i + 1}"
+            dev = LoopDevice(name, ip, _free_port(ip), f"ep{self.fleet_id}d{i + 1}", os.fspath(self.root / name))
+            self.devices.append(dev)
+            self._provision(dev)
 
-    @classmethod
-    def load(cls, root: str | os.PathLike) -> LoopbackFleet:
-        root = Path(root).resolve()
-        try:
-            state = json.loads((root / STATE).read_text())
-        except FileNotFoundError:
-            raise LoopbackError(f"no loopback fleet in {root} ({STATE} missing)") from None
-        return cls(root, state["fleet_id"], [LoopDevice(**d) for d in state["devices"]])
-
-    def stop(self) -> None:
-        """Stop every server (and its open sessions), delete the users and what start() wrote."""
-        for dev in self.devices:
-            self.stop_device(dev.name)
-        problems = []
-        for dev in self.devices:
-            # -f: a zombie left to init (a command orphaned before we stopped the device) still
-            # counts as the user's process, and init reaps it in its own time
-            p = _run(["userdel", "-f", dev.user], check=False, retry_lock=True)
-            if p.returncode not in (0, 6):  # 6: no such user (never created)
-                problems.append(f"userdel {dev.user}: {p.stderr.strip()}")
-            shutil.rmtree(dev.dir, ignore_errors=True)
-        for name in (STATE, "fleet.yaml", "known_hosts", "client_ed25519", "client_ed25519.pub"):
-            (self.root / name).unlink(missing_ok=True)
-        try:
-            self.root.rmdir()  # only if nothing else was put there
-        except OSError:
-            pass
-        if problems:
-            raise LoopbackError("stopped, but: " + "; ".join(problems))
-
-    def stop_device(self, name: str) -> None:
-        """Take one device down: its sshd and every session it serves end (a dead Pi)."""
-        dev = self[name]
-        proc = self._procs.pop(name, None)
+    def _power_off(self, dev: LoopDevice, proc: subprocess.Popen | None) -> None:
         if dev.pid and _is_our_sshd(dev.pid, dev.config):
             # sshd's per-connection children call setsid(), so the listener's process group does
             # not hold them: kill them by parentage, children before parents, so that each is
             # reaped by its living parent (an orphan's zombie would wait for init, and a zombie
             # still owned by the device user makes userdel refuse)
             for pid in reversed(_descendants(dev.pid)):
-                _kill_quietly(pid)  # a cut connection, as when a Pi loses power
+                kill_quietly(pid)  # a cut connection, as when a Pi loses power
                 deadline = time.monotonic() + 0.5
                 while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
                     time.sleep(0.002)  # until its parent has reaped it
             os.kill(dev.pid, signal.SIGTERM)
             _wait_gone(dev.pid, proc)
         for pid in _processes_of(dev.user):  # commands orphaned by a closed channel keep running
-            _kill_quietly(pid)
-        dev.pid = None
-        if (self.root / STATE).exists():
-            self._save()
+            kill_quietly(pid)
 
-    def start_device(self, name: str, *, new_host_key: bool = False) -> None:
+    def _remove_device(self, dev: LoopDevice) -> list[str]:
+        # -f: a zombie left to init (a command orphaned before we stopped the device) still
+        # counts as the user's process, and init reaps it in its own time
+        p = _run(["userdel", "-f", dev.user], check=False, retry_lock=True)
+        shutil.rmtree(dev.dir, ignore_errors=True)
+        if p.returncode not in (0, 6):  # 6: no such user (never created)
+            return [f"userdel {dev.user}: {p.stderr.strip()}"]
+        return []
+
+    def start_device(self, name: str, *, new_host_key: bool = False, timeout: float | None = None) -> None:
         """Bring a stopped device back on the same address and port (optionally reinstalled:
         a new host key, which a client that trusted the old one must refuse)."""
         dev = self[name]
@@ -197,23 +141,14 @@ class LoopbackFleet:
         if new_host_key:
             for f in (dev.host_key_file, dev.host_key_file.with_suffix(".pub")):
                 f.unlink(missing_ok=True)
-            _keygen(dev.host_key_file, f"{name} host key")
-        self._spawn(dev)
-        self._wait_ready(dev)
-        self._save()
-
-    def write_known_hosts(self, path: str | os.PathLike) -> Path:
-        """Record every device's key, as `edge-sdk fleet trust` would (for demos)."""
-        path = Path(path)
-        lines = [f"[{d.ip}]:{d.port} {d.public_host_key()}\n" for d in self.devices]
-        _write_atomic(path, "".join(lines), 0o600)
-        return path
+            keygen(dev.host_key_file, f"{name} host key", error=LoopbackError)
+        super().start_device(name, timeout=timeout)
 
     # -- steps ---------------------------------------------------------------------------------
     def _provision(self, dev: LoopDevice) -> None:
         Path(dev.dir).mkdir(mode=0o711)
         os.chmod(dev.dir, 0o711)
-        _keygen(dev.host_key_file, f"{dev.name} host key")
+        keygen(dev.host_key_file, f"{dev.name} host key", error=LoopbackError)
         _run(["useradd", "-M", "-d", os.fspath(dev.home), "-s", "/bin/sh", "-p", "*", dev.user], retry_lock=True)
         ssh_dir = dev.home / ".ssh"
         ssh_dir.mkdir(parents=True, mode=0o700)
@@ -231,50 +166,19 @@ class LoopbackFleet:
         self._procs[dev.name] = proc
         dev.pid = proc.pid
 
-    def _wait_ready(self, dev: LoopDevice, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        proc = self._procs.get(dev.name)
-        while True:
-            if proc is not None and proc.poll() is not None:
-                raise LoopbackError(f"sshd for {dev.name} ({dev.ip}:{dev.port}) exited with {proc.returncode}:\n"
-                                    + dev.log.read_text()[-2000:])
-            try:
-                with socket.create_connection((dev.ip, dev.port), timeout=0.5):
-                    return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise LoopbackError(f"sshd for {dev.name} is not accepting on {dev.ip}:{dev.port} after "
-                                        f"{timeout:g} s; log {dev.log}") from None
-                time.sleep(0.005)
+    def _exit_message(self, dev: LoopDevice, proc: subprocess.Popen) -> str:
+        return f"sshd for {dev.name} ({dev.ip}:{dev.port}) exited with {proc.returncode}:\n" + dev.log.read_text()[-2000:]
 
-    def _save(self) -> None:
-        state = {"fleet_id": self.fleet_id, "devices": [asdict(d) for d in self.devices]}
-        _write_atomic(self.root / STATE, json.dumps(state, indent=1), 0o644)
-
-    def _write_fleet_yaml(self) -> None:
+    def _fleet_yaml_lines(self) -> list[str]:
         lines = ["# written by device_images/loopback_fleet.py: real sshd servers on loopback addresses",
                  f"defaults: {{key: {self.client_key}, target: host}}", "devices:"]
         lines += [f"  {d.name}: {{host: {d.user}@{d.ip}:{d.port}, tags: [loopback]}}" for d in self.devices]
-        lines += ["groups:", "  loopback: {match: {tags: [loopback]}}", ""]
-        _write_atomic(self.fleet_yaml, "\n".join(lines), 0o644)
+        return lines + ["groups:", "  loopback: {match: {tags: [loopback]}}", ""]
 
 
 # -- helpers --------------------------------------------------------------------------------------
 def _run(argv: list[str], *, check: bool = True, retry_lock: bool = False) -> subprocess.CompletedProcess:
-    for attempt in range(50):
-        p = subprocess.run(argv, capture_output=True, text=True)
-        # useradd/userdel fail while another process holds /etc/passwd's lock: wait and retry
-        transient = "lock" in p.stderr.lower()
-        if not (retry_lock and p.returncode != 0 and transient):
-            break
-        time.sleep(0.05 + 0.01 * attempt)
-    if check and p.returncode != 0:
-        raise LoopbackError(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.strip()}")
-    return p
-
-
-def _keygen(path: Path, comment: str) -> None:
-    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", os.fspath(path)])
+    return run(argv, check=check, retry_lock=retry_lock, error=LoopbackError)
 
 
 def _free_port(ip: str) -> int:
@@ -305,13 +209,13 @@ def _wait_gone(pid: int, proc: subprocess.Popen | None, timeout: float = 5.0) ->
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            _kill_quietly(pid)
+            kill_quietly(pid)
             proc.wait()
         return
     deadline = time.monotonic() + timeout
     while _alive(pid):
         if time.monotonic() > deadline:
-            _kill_quietly(pid)
+            kill_quietly(pid)
             deadline += timeout
         time.sleep(0.01)
 
@@ -350,13 +254,6 @@ def _processes_of(user: str) -> list[int]:
     return out
 
 
-def _kill_quietly(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def _alive(pid: int) -> bool:
     """Running and not a zombie (a zombie whose parent is gone waits for init to reap it)."""
     try:
@@ -364,14 +261,6 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-def _write_atomic(path: Path, text: str, mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
