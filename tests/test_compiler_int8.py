@@ -94,16 +94,15 @@ def _conv_kernel(target_name: str):
     from edge_sdk.compiler.int8 import kernels
     from edge_sdk.compiler.ops.common import simd_of
     from edge_sdk.models.tflite_int8 import read_int8_tflite
+    from edge_sdk.quant.int8 import Window
     from edge_sdk.quant.tflite_int8_ref import conv_params
     from edge_sdk.targets import get_target
 
     g = read_int8_tflite(DATA / "int8_ops" / "conv_relu6_s2_same.tflite")
     op = next(o for o in g.ops if o.kind == "CONV_2D")
-    p, o = conv_params(g, op), op.opts
     tgt = get_target(target_name)
-    k = kernels.conv2d(g.tensors[op.inputs[0]].shape, p["w"], p["bias"], in_zp=p["in_zp"], mult=p["multiplier"],
-                       shift=p["shift"], out_zp=p["out_zp"], act=p["act"], stride=o["stride"],
-                       dilation=o["dilation"], padding=o["padding"], simd=simd_of(tgt.tvm_target()), name="qconv")
+    k = kernels.conv2d(g.tensors[op.inputs[0]].shape, *conv_params(g, op), Window.of(op.opts),
+                       simd=simd_of(tgt.tvm_target()), name="qconv")
     return k, tgt
 
 
@@ -209,10 +208,10 @@ def test_conv_kernel_tiles_and_tails_equal_reference(case, left_shift):
     rng = np.random.default_rng(sum(xs) + co)
     x = rng.integers(-128, 128, xs).astype(np.int8)
     w, bias, mult, shift = _layer(rng, co, (*kk, xs[-1]), left_shift=left_shift)
-    q = dict(in_zp=-7, out_zp=3, act=(-128, 127))
-    ref = q8.conv2d(x, w, bias, multiplier=mult, shift=shift, stride=stride, dilation=dil, padding=padding, **q)
-    k = kernels.conv2d(xs, w, bias, mult=mult, shift=shift, stride=stride, dilation=dil, padding=padding,
-                       simd=simd_of(get_target("host").tvm_target()), name="k", **q)
+    rq = q8.Requant(in_zp=-7, multiplier=mult, shift=shift, out_zp=3, act=(-128, 127))
+    win = q8.Window(stride, dil, padding)
+    ref = q8.conv2d(x, w, bias, rq, win)
+    k = kernels.conv2d(xs, w, bias, rq, win, simd=simd_of(get_target("host").tvm_target()), name="k")
     out = _run_kernel(k, x)
     np.testing.assert_array_equal(out[..., :co].reshape(ref.shape), ref)
     assert (len(k.out_shape) == 2) != left_shift  # the GEMM writes (pixels, padded channels); the fallback NHWC
@@ -228,10 +227,9 @@ def test_dense_kernel_equals_reference(batch, k, co):
     rng = np.random.default_rng(k + co)
     x = rng.integers(-128, 128, (batch, k)).astype(np.int8)
     w, bias, mult, shift = _layer(rng, co, (k,))
-    q = dict(in_zp=5, out_zp=-2, act=(-100, 127))
-    ref = q8.fully_connected(x, w, bias, multiplier=mult, shift=shift, **q)
-    kern = kernels.dense(batch, w, bias, mult=mult, shift=shift, simd=simd_of(get_target("host").tvm_target()),
-                         name="k", **q)
+    rq = q8.Requant(in_zp=5, multiplier=mult, shift=shift, out_zp=-2, act=(-100, 127))
+    ref = q8.fully_connected(x, w, bias, rq)
+    kern = kernels.dense(batch, w, bias, rq, simd=simd_of(get_target("host").tvm_target()), name="k")
     np.testing.assert_array_equal(_run_kernel(kern, x)[:, :co], ref)
 
 
@@ -248,11 +246,11 @@ def test_depthwise_kernel_tails_equal_reference(xs, dm, stride, padding, left_sh
     x = rng.integers(-128, 128, xs).astype(np.int8)
     w, bias, mult, shift = _layer(rng, 1, (3, 3, xs[-1] * dm), left_shift=left_shift)
     bias, mult, shift = (rng.permutation(np.resize(v, xs[-1] * dm)) for v in (bias, mult, shift))
-    q = dict(in_zp=11, out_zp=-5, act=(-128, 90))
-    ref = q8.depthwise_conv2d(x, w, bias, multiplier=mult, shift=shift, depth_multiplier=dm, stride=stride,
-                              padding=padding, **q)
-    k = kernels.depthwise(xs, w, bias, mult=mult, shift=shift, stride=stride, padding=padding, depth_multiplier=dm,
-                          simd=simd_of(get_target("host").tvm_target()), name="k", **q)
+    rq = q8.Requant(in_zp=11, multiplier=mult, shift=shift, out_zp=-5, act=(-128, 90))
+    win = q8.Window(stride, (1, 1), padding)
+    ref = q8.depthwise_conv2d(x, w, bias, rq, win, depth_multiplier=dm)
+    k = kernels.depthwise(xs, w, bias, rq, win, depth_multiplier=dm, simd=simd_of(get_target("host").tvm_target()),
+                          name="k")
     np.testing.assert_array_equal(_run_kernel(k, x), ref)
 
 

@@ -141,6 +141,38 @@ def conv_multipliers(in_scale: float, w_scales, out_scale: float) -> tuple[np.nd
     return np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64)
 
 
+@dataclass(frozen=True, eq=False)
+class Requant:
+    """How a conv/depthwise/dense layer's int32 accumulator becomes int8 (TFLite's per-channel scheme): the
+    input zero point (subtracted from every input; the compiled kernels fold its cross term into the bias),
+    the fixed-point multiplier and shift per output channel, the output zero point and the fused
+    activation's clamp (lo, hi)."""
+
+    in_zp: int
+    multiplier: np.ndarray
+    shift: np.ndarray
+    out_zp: int
+    act: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Window:
+    """Where a conv window reads: strides, dilation and TFLite padding ("SAME" or "VALID")."""
+
+    stride: tuple[int, int] = (1, 1)
+    dilation: tuple[int, int] = (1, 1)
+    padding: str = "SAME"
+
+    @staticmethod
+    def of(opts: dict) -> Window:
+        """The window of an Int8Graph op's options (no dilation key: 1)."""
+        return Window(tuple(opts["stride"]), tuple(opts.get("dilation", (1, 1))), opts["padding"])
+
+    def place(self, x_shape, kh: int, kw: int) -> tuple[int, int, tuple[int, int, int, int]]:
+        """(OH, OW, (top, bottom, left, right)) of a kh x kw window over an NHWC input."""
+        return _pads(x_shape, kh, kw, self.stride, self.dilation, self.padding)
+
+
 def requantize(acc, multiplier, shift, out_zp: int, act: tuple[int, int]) -> np.ndarray:
     """int32 accumulator -> int8: fixed-point multiply, add the output zero point, clamp to the activation range."""
     v = multiply_by_quantized_multiplier(acc, multiplier, shift) + out_zp
@@ -181,40 +213,37 @@ def _patches(xc: np.ndarray, kh, kw, stride, dilation, padding, fill: float):
     return np.stack([np.stack(r, axis=3) for r in rows], axis=3)
 
 
-def conv2d(x, w, bias, *, in_zp, w_zp=0, multiplier, shift, out_zp, act, stride=(1, 1), dilation=(1, 1),
-           padding="SAME"):
-    """ConvPerChannel: x int8 NHWC, w int8 OHWI, bias int32 (O,) -> int8 NHWC."""
+def conv2d(x, w, bias, rq: Requant, win: Window = Window()):
+    """ConvPerChannel: x int8 NHWC, w int8 OHWI (zero point 0), bias int32 (O,) -> int8 NHWC."""
     o, kh, kw, _ = w.shape
-    p = _patches(x.astype(np.float64) - in_zp, kh, kw, stride, dilation, padding, 0.0)
+    p = _patches(x.astype(np.float64) - rq.in_zp, kh, kw, win.stride, win.dilation, win.padding, 0.0)
     n, oh, ow = p.shape[:3]
-    wc = (w.astype(np.float64) - w_zp).reshape(o, -1)
-    acc = (p.reshape(n * oh * ow, -1) @ wc.T).astype(np.int64)
+    acc = (p.reshape(n * oh * ow, -1) @ w.astype(np.float64).reshape(o, -1).T).astype(np.int64)
     if bias is not None:
         acc = acc + bias.astype(np.int64)
-    return requantize(acc, multiplier, shift, out_zp, act).reshape(n, oh, ow, o)
+    return requantize(acc, rq.multiplier, rq.shift, rq.out_zp, rq.act).reshape(n, oh, ow, o)
 
 
-def depthwise_conv2d(x, w, bias, *, in_zp, multiplier, shift, out_zp, act, depth_multiplier=1,
-                     stride=(1, 1), dilation=(1, 1), padding="SAME"):
+def depthwise_conv2d(x, w, bias, rq: Requant, win: Window = Window(), *, depth_multiplier: int = 1):
     """DepthwiseConvPerChannel: w (1,KH,KW,C*M); output channel c*M+m reads input channel c."""
     _, kh, kw, cm = w.shape
-    p = _patches(x.astype(np.float64) - in_zp, kh, kw, stride, dilation, padding, 0.0)
+    p = _patches(x.astype(np.float64) - rq.in_zp, kh, kw, win.stride, win.dilation, win.padding, 0.0)
     if depth_multiplier > 1:
         p = np.repeat(p, depth_multiplier, axis=-1)
     acc = np.einsum("nhwijc,ijc->nhwc", p, w[0].astype(np.float64)).astype(np.int64)
     if bias is not None:
         acc = acc + bias.astype(np.int64)
-    return requantize(acc, multiplier, shift, out_zp, act)
+    return requantize(acc, rq.multiplier, rq.shift, rq.out_zp, rq.act)
 
 
-def fully_connected(x, w, bias, *, in_zp, w_zp=0, multiplier, shift, out_zp, act):
-    """FullyConnected: x (..., K) int8 flattened to (B, K); w (O, K) int8 -> (B, O) int8."""
+def fully_connected(x, w, bias, rq: Requant):
+    """FullyConnected: x (..., K) int8 flattened to (B, K); w (O, K) int8 (zero point 0) -> (B, O) int8."""
     o, k = w.shape
-    xc = x.reshape(-1, k).astype(np.float64) - in_zp
-    acc = (xc @ (w.astype(np.float64) - w_zp).T).astype(np.int64)
+    xc = x.reshape(-1, k).astype(np.float64) - rq.in_zp
+    acc = (xc @ w.astype(np.float64).T).astype(np.int64)
     if bias is not None:
         acc = acc + bias.astype(np.int64)
-    return requantize(acc, multiplier, shift, out_zp, act)
+    return requantize(acc, rq.multiplier, rq.shift, rq.out_zp, rq.act)
 
 
 @dataclass(frozen=True)

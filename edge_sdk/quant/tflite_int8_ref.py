@@ -17,16 +17,16 @@ def op_act(g: Int8Graph, op: Op) -> tuple[int, int]:
     return q8.activation_range(ACT_NAMES.get(op.opts.get("act", 0), "NONE"), out.q.s, out.q.z)
 
 
-def conv_params(g: Int8Graph, op: Op) -> dict:
-    """Everything a conv/depthwise/dense kernel needs besides the input: weights, bias, requantization."""
+def conv_params(g: Int8Graph, op: Op) -> tuple[np.ndarray, np.ndarray | None, q8.Requant]:
+    """(weights, int32 bias or None, Requant): everything a conv/depthwise/dense kernel needs besides the input."""
     x, w, out = (g.tensors[i] for i in (op.inputs[0], op.inputs[1], op.outputs[0]))
     bias = g.tensors[op.inputs[2]].data if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
     mult, shift = q8.conv_multipliers(x.q.s, w.q.scale, out.q.s)
     n_out = w.shape[-1] if op.kind == "DEPTHWISE_CONV_2D" else w.shape[0]
     if mult.size == 1:
         mult, shift = np.repeat(mult, n_out), np.repeat(shift, n_out)
-    return {"w": w.data, "bias": None if bias is None else bias.astype(np.int32), "in_zp": x.q.z,
-            "multiplier": mult, "shift": shift, "out_zp": out.q.z, "act": op_act(g, op)}
+    rq = q8.Requant(in_zp=x.q.z, multiplier=mult, shift=shift, out_zp=out.q.z, act=op_act(g, op))
+    return w.data, None if bias is None else bias.astype(np.int32), rq
 
 
 def add_params(g: Int8Graph, op: Op) -> q8.AddParams:
@@ -41,17 +41,12 @@ def eval_op(g: Int8Graph, op: Op, env: dict[int, np.ndarray]) -> np.ndarray:
     t_out = g.tensors[op.outputs[0]]
     k, o = op.kind, op.opts
     if k == "CONV_2D":
-        p = conv_params(g, op)
-        return q8.conv2d(x, p.pop("w"), p.pop("bias"), stride=o["stride"], dilation=o["dilation"],
-                         padding=o["padding"], **p)
+        return q8.conv2d(x, *conv_params(g, op), q8.Window.of(o))
     if k == "DEPTHWISE_CONV_2D":
-        p = conv_params(g, op)
-        return q8.depthwise_conv2d(x, p.pop("w"), p.pop("bias"), stride=o["stride"], padding=o["padding"],
-                                   depth_multiplier=t_out.shape[-1] // t_in.shape[-1], **p)
+        return q8.depthwise_conv2d(x, *conv_params(g, op), q8.Window.of(o),
+                                   depth_multiplier=t_out.shape[-1] // t_in.shape[-1])
     if k == "FULLY_CONNECTED":
-        p = conv_params(g, op)
-        y = q8.fully_connected(x, p.pop("w"), p.pop("bias"), **p)
-        return y.reshape(t_out.shape)
+        return q8.fully_connected(x, *conv_params(g, op)).reshape(t_out.shape)
     if k == "ADD":
         return q8.add(x, env[op.inputs[1]], add_params(g, op), op_act(g, op))
     if k in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):

@@ -80,11 +80,12 @@ def quantize_pad_prim_func(shape, *, scale: float, zero_point: int, pads, name: 
     return finish(sch, name)
 
 
-def conv_rows_gemm(xp_shape, w_hwio: np.ndarray, bias, *, mult, shift, stride: int, out_hw, act, name: str):
+def conv_rows_gemm(xp_shape, w_hwio: np.ndarray, bias, rq, *, stride: int, out_hw, name: str):
     """The int8 backend's NEON GEMM (compiler/int8/gemm.py: 8 pixels x 8 channels, 16 smlal by lane per k
     step, its schedule and epilogue) on an input already quantized, padded and widened to int16: a row
     tile of 8 pixels never crosses an image row (OW % 8 == 0), so the im2col gather has no bounds checks
-    and no per-element index division. Returns (func, consts, (M, COpad)). Arguments as gemm.conv_gemm."""
+    and no per-element index division. Returns (func, consts, (M, COpad)). rq: a quant.int8.Requant with
+    zero points 0 (the input zero point is in the padded input already)."""
     from tvm import s_tir, te
 
     from edge_sdk.compiler.int8 import fixedpoint as fp
@@ -113,19 +114,19 @@ def conv_rows_gemm(xp_shape, w_hwio: np.ndarray, bias, *, mult, shift, stride: i
         a_t[i // mr, ry, rx, rc, i % mr].astype("int32") * wt[j // nr, ry, rx, rc, j % nr].astype("int32"),
         axis=[ry, rx, rc]), name="acc")
     biased = te.compute((m, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
-    lo, hi = act
+    lo, hi = rq.act
     out = te.compute((m, npad), lambda i, j: fp.clamp_int8_32(fp.mbqm32(biased[i, j], mt[j], rt_[j]), lo, hi),
                      name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
-    gemm._schedule(sch, mr=mr, nr=nr, m=m, k=kh * kw * ci, npad=npad, red=[kh, kw, ci], pairs=False,
-                   widen_vec=False, lanes=True)
+    gemm.schedule(sch, gemm.GemmTile(mr, nr, m, kh * kw * ci, npad, (kh, kw, ci), pairs=False, widen_vec=False,
+                                     lanes=True))
 
     def padded(v):
         o = np.zeros(npad, np.int32)
         o[:co] = v
         return o
 
-    consts = [wp, padded(bias), padded(mult), padded(-np.asarray(shift, np.int64))]
+    consts = [wp, padded(bias), padded(rq.multiplier), padded(-np.asarray(rq.shift, np.int64))]
     return finish(sch, name), consts, (m, npad)
 
 
@@ -208,13 +209,14 @@ def emit_int8_stem(bb, x, net, *, simd, word: str, out: str = "packed"):
 
     from edge_sdk.compiler.int8 import kernels
     from edge_sdk.compiler.bitserial.kernels import WORD_BITS
-    from edge_sdk.quant.int8 import _pads
+    from edge_sdk.quant.int8 import Requant, Window
 
-    s, qmax = net.stem, (1 << net.a_bits) - 1
+    s, act = net.stem, (0, (1 << net.a_bits) - 1)
     const = lambda a: relax.const(tvm.runtime.tensor(np.ascontiguousarray(a)))  # noqa: E731
     in_shape = tuple(int(d) for d in net.input_shape)
     kh, kw, ci, co = s.qweight.shape
-    oh, ow, pads = _pads(in_shape, kh, kw, (s.stride, s.stride), (1, 1), "SAME")
+    win = Window((s.stride, s.stride), (1, 1), "SAME")
+    oh, ow, pads = win.place(in_shape, kh, kw)
     t, l, b, r = s.pad
     if pads != (t, b, l, r):
         raise CompileError(f"integer stem: padding {s.pad} is not TFLite SAME {pads} for {in_shape}, k {kh}")
@@ -225,17 +227,14 @@ def emit_int8_stem(bb, x, net, *, simd, word: str, out: str = "packed"):
                                     name="edge_stem_quantize")
         xq = bb.emit(relax.call_tir(bb.add_func(qf, "edge_stem_quantize"), [x], relax.TensorType(xp_shape, "int16")),
                      name_hint="conv1_quantize")
-        func, consts, out_shape = conv_rows_gemm(xp_shape, s.qweight, s.qbias, mult=s.mult, shift=s.shift,
-                                                 stride=s.stride, out_hw=(oh, ow), act=(0, qmax),
-                                                 name="edge_stem_conv_i8")
+        func, consts, out_shape = conv_rows_gemm(xp_shape, s.qweight, s.qbias, Requant(0, s.mult, s.shift, 0, act),
+                                                 stride=s.stride, out_hw=(oh, ow), name="edge_stem_conv_i8")
     else:  # the int8 backend's conv as it is (x86: its vpmaddwd GEMM)
         qf = quantize_prim_func(in_shape, scale=s.in_scale, zero_point=s.in_zp, name="edge_stem_quantize")
         xq = bb.emit(relax.call_tir(bb.add_func(qf, "edge_stem_quantize"), [x], relax.TensorType(in_shape, "int8")),
                      name_hint="conv1_quantize")
         k = kernels.conv2d(in_shape, np.ascontiguousarray(s.qweight.transpose(3, 0, 1, 2)), s.qbias,
-                           in_zp=s.in_zp, mult=s.mult, shift=s.shift, out_zp=0, act=(0, qmax),
-                           stride=(s.stride, s.stride), dilation=(1, 1), padding="SAME", simd=simd,
-                           name="edge_stem_conv_i8")
+                           Requant(s.in_zp, s.mult, s.shift, 0, act), win, simd=simd, name="edge_stem_conv_i8")
         func, consts, out_shape = k.func, k.consts, k.out_shape
     rows[xq.name] = {"op": "quantize", "flops": int(np.prod(in_shape))}
     codes = bb.emit(relax.call_tir(bb.add_func(func, "edge_stem_conv_i8"), [xq] + [const(c) for c in consts],

@@ -25,6 +25,7 @@ from edge_sdk.compiler.lower import lift_params
 from edge_sdk.compiler.ops.common import simd_of
 from edge_sdk.errors import CompileError, ModelError, UsageError
 from edge_sdk.models.tflite_int8 import Int8Graph, read_int8_tflite
+from edge_sdk.quant.int8 import Window
 from edge_sdk.quant.tflite_int8_ref import add_params, conv_params, op_act
 
 
@@ -34,20 +35,13 @@ def _kernel_for(g: Int8Graph, op, simd, name: str):
     t_out = g.tensors[op.outputs[0]]
     o, xs = op.opts, t_in.shape
     if op.kind == "CONV_2D":
-        p = conv_params(g, op)
-        return kernels.conv2d(xs, p["w"], p["bias"], in_zp=p["in_zp"], mult=p["multiplier"], shift=p["shift"],
-                              out_zp=p["out_zp"], act=p["act"], stride=o["stride"], dilation=o["dilation"],
-                              padding=o["padding"], simd=simd, name=name)
+        return kernels.conv2d(xs, *conv_params(g, op), Window.of(o), simd=simd, name=name)
     if op.kind == "DEPTHWISE_CONV_2D":
-        p = conv_params(g, op)
-        return kernels.depthwise(xs, p["w"], p["bias"], in_zp=p["in_zp"], mult=p["multiplier"], shift=p["shift"],
-                                 out_zp=p["out_zp"], act=p["act"], stride=o["stride"], padding=o["padding"],
-                                 depth_multiplier=t_out.shape[-1] // xs[-1], simd=simd, name=name)
+        return kernels.depthwise(xs, *conv_params(g, op), Window.of(o), depth_multiplier=t_out.shape[-1] // xs[-1],
+                                 simd=simd, name=name)
     if op.kind == "FULLY_CONNECTED":
-        p = conv_params(g, op)
-        k = p["w"].shape[1]
-        return kernels.dense(int(np.prod(xs)) // k, p["w"], p["bias"], in_zp=p["in_zp"], mult=p["multiplier"],
-                             shift=p["shift"], out_zp=p["out_zp"], act=p["act"], simd=simd, name=name)
+        w, bias, rq = conv_params(g, op)
+        return kernels.dense(int(np.prod(xs)) // w.shape[1], w, bias, rq, simd=simd, name=name)
     if op.kind == "ADD":
         if g.tensors[op.inputs[1]].shape != xs:
             raise ModelError(f"{g.path}: op {op.index} (ADD): broadcasting add {list(xs)} + "

@@ -14,18 +14,20 @@ import numpy as np
 from tvm import s_tir, te, tirx
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
+from edge_sdk.compiler.int8.gemm import ConvGeom
 from edge_sdk.compiler.ops.common import Simd, finish, largest_divisor, pick_tile, round_up
 
 
-def depthwise_i8(x_shape, w_hwc: np.ndarray, *, in_zp: int, out_zp: int, act, stride, pads, out_hw,
-                 depth_multiplier: int, simd: Simd, name: str):
-    """PrimFunc (x, w (KH,KW,C*M) int8, bias, mult, rshift (C*M,) int32) -> out (N,OH,OW,C*M) int8."""
+def depthwise_i8(x_shape, w_hwc: np.ndarray, rq, *, geom: ConvGeom, depth_multiplier: int, simd: Simd, name: str):
+    """PrimFunc (x, w (KH,KW,C*M) int8, bias, mult, rshift (C*M,) int32) -> out (N,OH,OW,C*M) int8.
+
+    rq: a quant.int8.Requant (in_zp, out_zp, act); geom: stride, pads and out_hw (no dilation)."""
     n, h, w_, cin = x_shape
     kh, kw, c = w_hwc.shape
     dm = depth_multiplier
-    oh, ow = out_hw
-    sh, sw = stride
-    pt, _, pl, _ = pads
+    oh, ow = geom.out_hw
+    sh, sw = geom.stride
+    pt, _, pl, _ = pads = geom.pads
     lanes32 = simd.lanes if simd.isa != "avx512" else 16
     cv = largest_divisor(c, 2 * lanes32)
     wr = pick_tile(ow, 4)
@@ -40,17 +42,23 @@ def depthwise_i8(x_shape, w_hwc: np.ndarray, *, in_zp: int, out_zp: int, act, st
         yy, xx = y * sh + ry - pt, col(z) * sw + rx - pl
         v = x[a, yy, xx, src(k)]
         if any(pads):
-            v = tirx.if_then_else(tirx.all(yy >= 0, yy < h, xx >= 0, xx < w_), v, tirx.const(in_zp, "int8"))
+            v = tirx.if_then_else(tirx.all(yy >= 0, yy < h, xx >= 0, xx < w_), v, tirx.const(rq.in_zp, "int8"))
         return v.astype("int32")
 
     ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
     acc = te.compute((n, oh, owp, c), lambda a, y, z, k: te.sum(
         tap(a, y, z, ry, rx, k) * wt[ry, rx, k].astype("int32"), axis=[ry, rx]), name="acc")
     biased = te.compute((n, oh, owp, c), lambda a, y, z, k: acc[a, y, z, k] + bt[k], name="biased")
-    lo, hi = act
+    lo, hi = rq.act
     out = te.compute((n, oh, ow, c), lambda a, y, z, k: fp.clamp_int8_32(
-        fp.mbqm32(biased[a, y, z, k], mt[k], rt[k]) + tirx.const(out_zp, "int32"), lo, hi), name="out")
+        fp.mbqm32(biased[a, y, z, k], mt[k], rt[k]) + tirx.const(rq.out_zp, "int32"), lo, hi), name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt, out]))
+    _schedule(sch, wr=wr, cv=cv)
+    return finish(sch, name)
+
+
+def _schedule(sch, *, wr: int, cv: int) -> None:
+    """Rows in parallel, a run of wr output pixels unrolled, cv channels vectorized, the taps unrolled."""
     cb, bb, ob = sch.get_sblock("acc"), sch.get_sblock("biased"), sch.get_sblock("out")
     la, ly, lz, lk = sch.get_loops(ob)
     zo, zi = sch.split(lz, [None, wr])
@@ -81,4 +89,3 @@ def depthwise_i8(x_shape, w_hwc: np.ndarray, *, in_zp: int, out_zp: int, act, st
         sch.unroll(lp)
     if red:
         sch.decompose_reduction(cb, red[0])
-    return finish(sch, name)

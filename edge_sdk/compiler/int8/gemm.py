@@ -24,8 +24,9 @@ padded tail tile (clamped reads, guarded stores). This is the same kernel for in
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
-import tvm
 from tvm import s_tir, te, tirx
 from tvm.script import tirx as T
 
@@ -137,32 +138,51 @@ def pack_weight(w_hwio: np.ndarray, nr: int, *, pairs: bool) -> np.ndarray:
     return np.ascontiguousarray(w.transpose(3, 0, 1, 2, 4))
 
 
-def conv_gemm(x_shape, w_hwio: np.ndarray, *, in_zp: int, out_zp: int, act, stride=(1, 1), dilation=(1, 1),
-              pads=(0, 0, 0, 0), out_hw=None, simd: Simd, name: str):
-    """PrimFunc out (M, COpad) int8 = requant(im2col(x) @ W + bias); x NHWC (N,H,W,CI) or (M, K) for dense.
+@dataclass(frozen=True)
+class ConvGeom:
+    """A conv's resolved window for the int8 kernels: strides, dilation, (top, bottom, left, right) pads and
+    the output (OH, OW). The default (out_hw None) is a dense layer: no window."""
 
-    Returns (func, packed weight, npad). Arguments: x, W, bias, mult, rshift (int32, (npad,)).
-    """
-    kh, kw, ci, co = w_hwio.shape
-    pairs = uses_pairs(simd)
-    dense = len(x_shape) == 2
+    stride: tuple[int, int] = (1, 1)
+    dilation: tuple[int, int] = (1, 1)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    out_hw: tuple[int, int] | None = None
+
+
+DENSE = ConvGeom()
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    """How schedule() tiles a GEMM: an mr x nr register tile over m rows and npad channels, a k-long
+    reduction over the `red` loops; pairs: x86 pmaddwd steps; lanes: the NEON by-lane smlal step on a
+    k-major A; widen_vec: the int16 copy of A is a plain vectorizable widening copy."""
+
+    mr: int
+    nr: int
+    m: int
+    k: int
+    npad: int
+    red: tuple[int, ...]
+    pairs: bool
+    widen_vec: bool
+    lanes: bool = False
+
+
+def _a16(x, kdims, geom: ConvGeom, in_zp: int, *, mr: int, kmajor: bool):
+    """The int16 im2col view A[i, (ky, kx, c)] of x as a function (i, ky, kx, c), over a buffer of padded rows
+    (k-major per tile for the NEON by-lane step); padding taps read the zero point, the CI pad 0."""
+    kh, kw, ci, cip = kdims
+    dense = len(x.shape) == 2
     if dense:
-        m = x_shape[0]
-        oh, ow = 1, m
+        m = int(x.shape[0])
     else:
-        n, h, w_, _ = x_shape
-        oh, ow = out_hw
+        n, h, w_, _ = (int(d) for d in x.shape)
+        oh, ow = geom.out_hw
         m = n * oh * ow
-    mr, nr = tile_of(simd, m)
-    npad = round_up(co, nr)
-    cip = round_up(ci, 2) if pairs else ci
     mp = round_up(m, mr)
-    (sh, sw), (dh, dw) = stride, dilation
-    pt, _, pl, _ = pads
-    x = te.placeholder(tuple(x_shape), "int8", name="x")
-    wp = pack_weight(w_hwio, nr, pairs=pairs)
-    wt = te.placeholder(wp.shape, "int16", name="w")
-    bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
+    (sh, sw), (dh, dw) = geom.stride, geom.dilation
+    pt, _, pl, _ = geom.pads
     zp16 = tirx.const(in_zp, "int16")
 
     def a16(i, ry, rx, c):
@@ -174,40 +194,63 @@ def conv_gemm(x_shape, w_hwio: np.ndarray, *, in_zp: int, out_zp: int, act, stri
         a, y, z = i // (oh * ow), i // ow % oh, i % ow
         yy, xx = y * sh + ry * dh - pt, z * sw + rx * dw - pl
         conds = []
-        if any(pads):
+        if any(geom.pads):
             conds += [yy >= 0, yy < h, xx >= 0, xx < w_]
         if cip != ci:
             conds.append(c < ci)
         val = x[a, yy, xx, c].astype("int16")
         return tirx.if_then_else(tirx.all(*conds), val, zp16) if conds else val
 
-    kmajor = not pairs and mr == 8 and nr == 8 and kh * kw * ci > 1  # NEON by-lane tile (see module doc)
     if kmajor:
         a_t = te.compute((mp // mr, kh, kw, cip, mr), lambda io, y, z, c, ii: a16(io * mr + ii, y, z, c), name="a16")
-        a = lambda i, y, z, c: a_t[i // mr, y, z, c, i % mr]  # noqa: E731
-    else:
-        a_t = te.compute((mp, kh, kw, cip), a16, name="a16")
-        a = lambda i, y, z, c: a_t[i, y, z, c]  # noqa: E731
+        return lambda i, y, z, c: a_t[i // mr, y, z, c, i % mr]
+    a_t = te.compute((mp, kh, kw, cip), a16, name="a16")
+    return lambda i, y, z, c: a_t[i, y, z, c]
+
+
+def _accumulate(a, wt, kdims, *, shape: tuple[int, int], nr: int, pairs: bool):
+    """acc (MPAD, NPAD) int32 = A @ W over (ky, kx, c), and the reduction loops' extents."""
+    kh, kw, ci, cip = kdims
     ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
     if pairs:
         rp, rt = te.reduce_axis((0, cip // 2), "rp"), te.reduce_axis((0, 2), "rt")
-        acc = te.compute((mp, npad), lambda i, j: te.sum(
+        acc = te.compute(shape, lambda i, j: te.sum(
             a(i, ry, rx, rp * 2 + rt).astype("int32") * wt[j // nr, ry, rx, rp, j % nr, rt].astype("int32"),
             axis=[ry, rx, rp, rt]), name="acc")
-        red = [kh, kw, cip // 2, 2]
-    else:
-        rc = te.reduce_axis((0, ci), "rc")
-        acc = te.compute((mp, npad), lambda i, j: te.sum(
-            a(i, ry, rx, rc).astype("int32") * wt[j // nr, ry, rx, rc, j % nr].astype("int32"),
-            axis=[ry, rx, rc]), name="acc")
-        red = [kh, kw, ci]
-    lo, hi = act
+        return acc, (kh, kw, cip // 2, 2)
+    rc = te.reduce_axis((0, ci), "rc")
+    acc = te.compute(shape, lambda i, j: te.sum(
+        a(i, ry, rx, rc).astype("int32") * wt[j // nr, ry, rx, rc, j % nr].astype("int32"),
+        axis=[ry, rx, rc]), name="acc")
+    return acc, (kh, kw, ci)
+
+
+def conv_gemm(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom = DENSE, simd: Simd, name: str):
+    """PrimFunc out (M, COpad) int8 = requant(im2col(x) @ W + bias); x NHWC (N,H,W,CI) or (M, K) for dense.
+
+    rq: a quant.int8.Requant (its in_zp, out_zp and act; the multiplier and shift are arguments).
+    Returns (func, packed weight, npad). Arguments: x, W, bias, mult, rshift (int32, (npad,)).
+    """
+    kh, kw, ci, co = w_hwio.shape
+    pairs = uses_pairs(simd)
+    m = x_shape[0] if len(x_shape) == 2 else x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
+    mr, nr = tile_of(simd, m)
+    npad, mp = round_up(co, nr), round_up(m, mr)
+    cip = round_up(ci, 2) if pairs else ci
+    kmajor = not pairs and mr == 8 and nr == 8 and kh * kw * ci > 1  # NEON by-lane tile (see module doc)
+    x = te.placeholder(tuple(x_shape), "int8", name="x")
+    a = _a16(x, (kh, kw, ci, cip), geom, rq.in_zp, mr=mr, kmajor=kmajor)
+    wp = pack_weight(w_hwio, nr, pairs=pairs)
+    wt = te.placeholder(wp.shape, "int16", name="w")
+    bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
+    acc, red = _accumulate(a, wt, (kh, kw, ci, cip), shape=(mp, npad), nr=nr, pairs=pairs)
+    lo, hi = rq.act
     biased = te.compute((mp, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
     out = te.compute((m, npad), lambda i, j: fp.clamp_int8_32(
-        fp.mbqm32(biased[i, j], mt[j], rt_[j]) + tirx.const(out_zp, "int32"), lo, hi), name="out")
+        fp.mbqm32(biased[i, j], mt[j], rt_[j]) + tirx.const(rq.out_zp, "int32"), lo, hi), name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
-    _schedule(sch, mr=mr, nr=nr, m=m, k=kh * kw * cip, npad=npad, red=red, pairs=pairs, lanes=kmajor,
-              widen_vec=(kh, kw) == (1, 1) and cip == ci and not any(pads) and not kmajor)
+    widen_vec = (kh, kw) == (1, 1) and cip == ci and not any(geom.pads) and not kmajor
+    schedule(sch, GemmTile(mr, nr, m, kh * kw * cip, npad, red, pairs, widen_vec, lanes=kmajor))
     return finish(sch, name), wp, npad
 
 
@@ -222,7 +265,9 @@ def _loops_by_extent(sch, block, n_outer: int, extents: list[int]):
     return out
 
 
-def _schedule(sch, *, mr, nr, m, k, npad, red, pairs, widen_vec, lanes=False):
+def schedule(sch, tile: GemmTile):
+    """The GEMM's schedule (module doc); the integer stem's row-tiled GEMM (bitserial/stem.py) uses it too."""
+    mr, nr, m, k, npad, pairs = tile.mr, tile.nr, tile.m, tile.k, tile.npad, tile.pairs
     ab, cb, ob = sch.get_sblock("a16"), sch.get_sblock("acc"), sch.get_sblock("out")
     bb = sch.get_sblock("biased")
     i, j = sch.get_loops(ob)
@@ -244,13 +289,13 @@ def _schedule(sch, *, mr, nr, m, k, npad, red, pairs, widen_vec, lanes=False):
         sch.parallel(sch.get_loops(ab)[0])
     else:
         sch.compute_at(ab, outer[0])
-    if widen_vec:
+    if tile.widen_vec:
         sch.vectorize(sch.get_loops(ab)[-1])
     sch.parallel(outer[0])
     if mr > 1:
         sch.unroll(mi)
     sch.vectorize(ni)
-    ci_, cj, *rloops = _loops_by_extent(sch, cb, 2, [mr, nr] + red)
+    ci_, cj, *rloops = _loops_by_extent(sch, cb, 2, [mr, nr, *tile.red])
     if pairs:
         *rl, rt = rloops
         rl = [lp for lp in rl if lp is not None]
@@ -268,7 +313,7 @@ def _schedule(sch, *, mr, nr, m, k, npad, red, pairs, widen_vec, lanes=False):
     else:
         rl = [lp for lp in rloops if lp is not None]
         sch.reorder(*rl, *[lp for lp in (ci_, cj) if lp is not None])
-        if lanes:
+        if tile.lanes:
             sch.decompose_reduction(cb, rl[0])
             _register_intrin()
             sch.tensorize(ci_, SMLAL_8x8)

@@ -18,7 +18,9 @@ from tvm import s_tir, te, tirx
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
 from edge_sdk.compiler.int8 import dwconv, gemm
+from edge_sdk.compiler.int8.gemm import ConvGeom
 from edge_sdk.compiler.ops.common import Simd, finish, largest_divisor
+from edge_sdk.quant.int8 import Requant, Window
 
 
 @dataclass
@@ -29,14 +31,15 @@ class Kernel:
     out_dtype: str = "int8"
 
 
-def _requant_consts(mult: np.ndarray, shift: np.ndarray) -> list[np.ndarray]:
-    shift = np.asarray(shift, np.int64)
-    return [np.asarray(mult, np.int32), np.maximum(shift, 0).astype(np.int32), np.maximum(-shift, 0).astype(np.int32)]
+def _requant_consts(rq: Requant) -> list[np.ndarray]:
+    shift = np.asarray(rq.shift, np.int64)
+    return [np.asarray(rq.multiplier, np.int32), np.maximum(shift, 0).astype(np.int32),
+            np.maximum(-shift, 0).astype(np.int32)]
 
 
-def _epilogue(acc, bias, m, ls, rs, o, out_zp: int, act: tuple[int, int]):
-    v = fp.mbqm(acc + bias[o], m[o], ls[o], rs[o]) + fp.i64(out_zp)
-    return fp.clamp_int8(v, act[0], act[1])
+def _epilogue(acc, bias, m, ls, rs, o, rq: Requant):
+    v = fp.mbqm(acc + bias[o], m[o], ls[o], rs[o]) + fp.i64(rq.out_zp)
+    return fp.clamp_int8(v, rq.act[0], rq.act[1])
 
 
 def _pad_int8(x, pads, value: int):
@@ -81,133 +84,116 @@ def _schedule_tiled(sch, simd: Simd, *, oh: int, ow: int, oc: int, red: int, has
         sch.parallel(sch.fuse(pa, py))
 
 
-def _gemm_kernel(x_shape, w_hwio: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, simd: Simd, name: str,
-                 **conv) -> Kernel | None:
+def _folded_bias(bias, w: np.ndarray, in_zp: int, axes) -> np.ndarray:
+    """bias - Z_in * sum(w) over the reduction axes: the input zero point's cross term, at compile time."""
+    return (0 if bias is None else bias.astype(np.int64)) - in_zp * w.astype(np.int64).sum(axes)
+
+
+def _gemm_kernel(x_shape, w_hwio: np.ndarray, bias, rq: Requant, *, geom: ConvGeom = gemm.DENSE, simd: Simd,
+                 name: str) -> Kernel | None:
     """The register-tiled int16/int32 GEMM (gemm.py) for a conv or dense layer, or None when a channel's
     multiplier needs a left shift (real multiplier >= 1: the 32-bit epilogue assumes none)."""
-    shift = np.asarray(shift, np.int64)
-    if np.any(shift > 0) or np.any(np.asarray(mult, np.int64) <= 0):
+    shift = np.asarray(rq.shift, np.int64)
+    if np.any(shift > 0) or np.any(np.asarray(rq.multiplier, np.int64) <= 0):
         return None
     co = w_hwio.shape[-1]
-    b = (np.zeros(co, np.int64) if bias is None else bias.astype(np.int64)) \
-        - in_zp * w_hwio.astype(np.int64).reshape(-1, co).sum(0)
-    func, wp, npad = gemm.conv_gemm(x_shape, w_hwio, in_zp=in_zp, out_zp=out_zp, act=act, simd=simd, name=name, **conv)
+    b = _folded_bias(bias, w_hwio.reshape(-1, co), rq.in_zp, 0)
+    func, wp, npad = gemm.conv_gemm(x_shape, w_hwio, rq, geom=geom, simd=simd, name=name)
 
     def padded(v):
         out = np.zeros(npad, np.int32)
         out[:co] = v
         return out
 
-    m = x_shape[0] if len(x_shape) == 2 else x_shape[0] * conv["out_hw"][0] * conv["out_hw"][1]
-    return Kernel(func, [wp, padded(b), padded(mult), padded(-shift)], (m, npad))
+    m = x_shape[0] if len(x_shape) == 2 else x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
+    return Kernel(func, [wp, padded(b), padded(rq.multiplier), padded(-shift)], (m, npad))
 
 
-def conv2d(x_shape, w_ohwi: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, stride, dilation, padding,
-           simd: Simd, name: str) -> Kernel:
+def conv2d(x_shape, w_ohwi: np.ndarray, bias, rq: Requant, win: Window, *, simd: Simd, name: str) -> Kernel:
     """Conv as im2col GEMM (out (N*OH*OW, COpad): the caller reshapes and slices)."""
-    from edge_sdk.quant.int8 import _pads
-
-    n, h, w, ci = x_shape
     co, kh, kw, _ = w_ohwi.shape
-    oh, ow, pads = _pads(x_shape, kh, kw, stride, dilation, padding)
-    k = _gemm_kernel(tuple(x_shape), np.ascontiguousarray(w_ohwi.transpose(1, 2, 3, 0)), bias, in_zp=in_zp,
-                     mult=mult, shift=shift, out_zp=out_zp, act=act, simd=simd, name=name, stride=tuple(stride),
-                     dilation=tuple(dilation), pads=pads, out_hw=(oh, ow))
-    return k if k is not None else conv2d_direct(x_shape, w_ohwi, bias, in_zp=in_zp, mult=mult, shift=shift,
-                                                 out_zp=out_zp, act=act, stride=stride, dilation=dilation,
-                                                 padding=padding, simd=simd, name=name)
+    oh, ow, pads = win.place(x_shape, kh, kw)
+    geom = ConvGeom(tuple(win.stride), tuple(win.dilation), pads, (oh, ow))
+    k = _gemm_kernel(tuple(x_shape), np.ascontiguousarray(w_ohwi.transpose(1, 2, 3, 0)), bias, rq, geom=geom,
+                     simd=simd, name=name)
+    return k if k is not None else conv2d_direct(x_shape, w_ohwi, bias, rq, win, simd=simd, name=name)
 
 
-def conv2d_direct(x_shape, w_ohwi: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, stride, dilation, padding,
-                  simd: Simd, name: str) -> Kernel:
+def conv2d_direct(x_shape, w_ohwi: np.ndarray, bias, rq: Requant, win: Window, *, simd: Simd, name: str) -> Kernel:
     """The int64-epilogue direct conv: any requantize shift (the GEMM path's fallback)."""
-    from edge_sdk.quant.int8 import _pads
-
     n, h, w, ci = x_shape
     co, kh, kw, _ = w_ohwi.shape
-    oh, ow, pads = _pads(x_shape, kh, kw, stride, dilation, padding)
+    oh, ow, pads = win.place(x_shape, kh, kw)
     w_hwio = np.ascontiguousarray(w_ohwi.transpose(1, 2, 3, 0))
-    b = (np.zeros(co, np.int64) if bias is None else bias.astype(np.int64)) \
-        - in_zp * w_ohwi.astype(np.int64).reshape(co, -1).sum(1)
+    b = _folded_bias(bias, w_ohwi.reshape(co, -1), rq.in_zp, 1)
     x = te.placeholder((n, h, w, ci), "int8", name="x")
     wt = te.placeholder(w_hwio.shape, "int8", name="w")
     bt = te.placeholder((co,), "int32", name="bias")
     m, ls, rs = (te.placeholder((co,), "int32", name=nm) for nm in ("mult", "lshift", "rshift"))
-    xp = _pad_int8(x, pads, in_zp)
+    xp = _pad_int8(x, pads, rq.in_zp)
     ry, rx, rc = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx"), te.reduce_axis((0, ci), "rc")
-    (sh, sw), (dh, dw) = stride, dilation
+    (sh, sw), (dh, dw) = win.stride, win.dilation
     acc = te.compute((n, oh, ow, co), lambda a, y, z, o: te.sum(
         (xp[a, y * sh + ry * dh, z * sw + rx * dw, rc].astype("int16")
          * wt[ry, rx, rc, o].astype("int16")).astype("int32"), axis=[ry, rx, rc]), name="acc")
-    out = te.compute((n, oh, ow, co), lambda a, y, z, o: _epilogue(acc[a, y, z, o], bt, m, ls, rs, o, out_zp, act),
-                     name="out")
+    out = te.compute((n, oh, ow, co), lambda a, y, z, o: _epilogue(acc[a, y, z, o], bt, m, ls, rs, o, rq), name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, m, ls, rs, out]))
     _schedule_tiled(sch, simd, oh=oh, ow=ow, oc=co, red=kh * kw * ci, has_pad=any(pads))
-    return Kernel(finish(sch, name), [w_hwio, b.astype(np.int32), *_requant_consts(mult, shift)], (n, oh, ow, co))
+    return Kernel(finish(sch, name), [w_hwio, b.astype(np.int32), *_requant_consts(rq)], (n, oh, ow, co))
 
 
-def depthwise(x_shape, w_1hwc: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, stride, padding,
-              depth_multiplier: int, simd: Simd, name: str) -> Kernel:
+def depthwise(x_shape, w_1hwc: np.ndarray, bias, rq: Requant, win: Window, *, depth_multiplier: int, simd: Simd,
+              name: str) -> Kernel:
     """Depthwise with the 32-bit epilogue (dwconv.py), else the int64-epilogue loop nest."""
-    from edge_sdk.quant.int8 import _pads
-
-    shift = np.asarray(shift, np.int64)
-    if np.any(shift > 0) or np.any(np.asarray(mult, np.int64) <= 0):
-        return depthwise_direct(x_shape, w_1hwc, bias, in_zp=in_zp, mult=mult, shift=shift, out_zp=out_zp, act=act,
-                                stride=stride, padding=padding, depth_multiplier=depth_multiplier, simd=simd,
+    shift = np.asarray(rq.shift, np.int64)
+    if np.any(shift > 0) or np.any(np.asarray(rq.multiplier, np.int64) <= 0):
+        return depthwise_direct(x_shape, w_1hwc, bias, rq, win, depth_multiplier=depth_multiplier, simd=simd,
                                 name=name)
     _, kh, kw, co = w_1hwc.shape
-    oh, ow, pads = _pads(x_shape, kh, kw, stride, (1, 1), padding)
+    oh, ow, pads = win.place(x_shape, kh, kw)
     w_hwc = np.ascontiguousarray(w_1hwc[0])
-    b = (np.zeros(co, np.int64) if bias is None else bias.astype(np.int64)) \
-        - in_zp * w_hwc.astype(np.int64).sum((0, 1))
-    func = dwconv.depthwise_i8(tuple(x_shape), w_hwc, in_zp=in_zp, out_zp=out_zp, act=act, stride=tuple(stride),
-                               pads=pads, out_hw=(oh, ow), depth_multiplier=depth_multiplier, simd=simd, name=name)
-    return Kernel(func, [w_hwc, b.astype(np.int32), np.asarray(mult, np.int32), (-shift).astype(np.int32)],
+    b = _folded_bias(bias, w_hwc, rq.in_zp, (0, 1))
+    func = dwconv.depthwise_i8(tuple(x_shape), w_hwc, rq, geom=ConvGeom(tuple(win.stride), (1, 1), pads, (oh, ow)),
+                               depth_multiplier=depth_multiplier, simd=simd, name=name)
+    return Kernel(func, [w_hwc, b.astype(np.int32), np.asarray(rq.multiplier, np.int32), (-shift).astype(np.int32)],
                   (x_shape[0], oh, ow, co))
 
 
-def depthwise_direct(x_shape, w_1hwc: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, stride, padding,
-                     depth_multiplier: int, simd: Simd, name: str) -> Kernel:
-    from edge_sdk.quant.int8 import _pads
-
+def depthwise_direct(x_shape, w_1hwc: np.ndarray, bias, rq: Requant, win: Window, *, depth_multiplier: int,
+                     simd: Simd, name: str) -> Kernel:
     n, h, w, ci = x_shape
     _, kh, kw, co = w_1hwc.shape
     dm = depth_multiplier
-    oh, ow, pads = _pads(x_shape, kh, kw, stride, (1, 1), padding)
+    oh, ow, pads = win.place(x_shape, kh, kw)
     w_hwc = np.ascontiguousarray(w_1hwc[0])
-    b = (np.zeros(co, np.int64) if bias is None else bias.astype(np.int64)) \
-        - in_zp * w_hwc.astype(np.int64).sum((0, 1))
+    b = _folded_bias(bias, w_hwc, rq.in_zp, (0, 1))
     x = te.placeholder((n, h, w, ci), "int8", name="x")
     wt = te.placeholder(w_hwc.shape, "int8", name="w")
     bt = te.placeholder((co,), "int32", name="bias")
     m, ls, rs = (te.placeholder((co,), "int32", name=nm) for nm in ("mult", "lshift", "rshift"))
-    xp = _pad_int8(x, pads, in_zp)
+    xp = _pad_int8(x, pads, rq.in_zp)
     ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
-    sh, sw = stride
+    sh, sw = win.stride
     acc = te.compute((n, oh, ow, co), lambda a, y, z, o: te.sum(
         (xp[a, y * sh + ry, z * sw + rx, o // dm if dm > 1 else o].astype("int16")
          * wt[ry, rx, o].astype("int16")).astype("int32"), axis=[ry, rx]), name="acc")
-    out = te.compute((n, oh, ow, co), lambda a, y, z, o: _epilogue(acc[a, y, z, o], bt, m, ls, rs, o, out_zp, act),
-                     name="out")
+    out = te.compute((n, oh, ow, co), lambda a, y, z, o: _epilogue(acc[a, y, z, o], bt, m, ls, rs, o, rq), name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, m, ls, rs, out]))
     _schedule_tiled(sch, simd, oh=oh, ow=ow, oc=co, red=kh * kw, has_pad=any(pads))
-    return Kernel(finish(sch, name), [w_hwc, b.astype(np.int32), *_requant_consts(mult, shift)], (n, oh, ow, co))
+    return Kernel(finish(sch, name), [w_hwc, b.astype(np.int32), *_requant_consts(rq)], (n, oh, ow, co))
 
 
-def dense(batch: int, w_ok: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, simd: Simd, name: str) -> Kernel:
+def dense(batch: int, w_ok: np.ndarray, bias, rq: Requant, *, simd: Simd, name: str) -> Kernel:
     """Fully connected as the GEMM (out (batch, COpad)), else the int64-epilogue loop nest."""
-    k = _gemm_kernel((batch, w_ok.shape[1]), np.ascontiguousarray(w_ok.T).reshape(1, 1, *w_ok.T.shape), bias,
-                     in_zp=in_zp, mult=mult, shift=shift, out_zp=out_zp, act=act, simd=simd, name=name)
-    return k if k is not None else dense_direct(batch, w_ok, bias, in_zp=in_zp, mult=mult, shift=shift,
-                                                out_zp=out_zp, act=act, simd=simd, name=name)
+    k = _gemm_kernel((batch, w_ok.shape[1]), np.ascontiguousarray(w_ok.T).reshape(1, 1, *w_ok.T.shape), bias, rq,
+                     simd=simd, name=name)
+    return k if k is not None else dense_direct(batch, w_ok, bias, rq, simd=simd, name=name)
 
 
-def dense_direct(batch: int, w_ok: np.ndarray, bias, *, in_zp, mult, shift, out_zp, act, simd: Simd,
-                 name: str) -> Kernel:
+def dense_direct(batch: int, w_ok: np.ndarray, bias, rq: Requant, *, simd: Simd, name: str) -> Kernel:
     co, k = w_ok.shape
     w_ko = np.ascontiguousarray(w_ok.T)
-    b = (np.zeros(co, np.int64) if bias is None else bias.astype(np.int64)) - in_zp * w_ok.astype(np.int64).sum(1)
+    b = _folded_bias(bias, w_ok, rq.in_zp, 1)
     x = te.placeholder((batch, k), "int8", name="x")
     wt = te.placeholder((k, co), "int8", name="w")
     bt = te.placeholder((co,), "int32", name="bias")
@@ -215,7 +201,7 @@ def dense_direct(batch: int, w_ok: np.ndarray, bias, *, in_zp, mult, shift, out_
     rk = te.reduce_axis((0, k), "rk")
     acc = te.compute((batch, co), lambda a, o: te.sum(
         (x[a, rk].astype("int16") * wt[rk, o].astype("int16")).astype("int32"), axis=[rk]), name="acc")
-    out = te.compute((batch, co), lambda a, o: _epilogue(acc[a, o], bt, m, ls, rs, o, out_zp, act), name="out")
+    out = te.compute((batch, co), lambda a, o: _epilogue(acc[a, o], bt, m, ls, rs, o, rq), name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, m, ls, rs, out]))
     acc_b, out_b = sch.get_sblock("acc"), sch.get_sblock("out")
     la, lo = sch.get_loops(out_b)
@@ -231,4 +217,4 @@ def dense_direct(batch: int, w_ok: np.ndarray, bias, *, in_zp, mult, shift, out_
         sch.vectorize(lv)
         sch.vectorize(oi)
     sch.decompose_reduction(acc_b, lk)
-    return Kernel(finish(sch, name), [w_ko, b.astype(np.int32), *_requant_consts(mult, shift)], (batch, co))
+    return Kernel(finish(sch, name), [w_ko, b.astype(np.int32), *_requant_consts(rq)], (batch, co))
