@@ -32,6 +32,7 @@ import yaml
 
 from edge_sdk._suggest import did_you_mean
 from edge_sdk.errors import ConfigError, UsageError
+from edge_sdk.fleet.yaml_nodes import compose, scalar_value
 from edge_sdk.targets import TARGET_NAMES
 from edge_sdk.variants import VARIANTS
 
@@ -112,27 +113,7 @@ def load_fleet(path: str | os.PathLike) -> Fleet:
 
 
 def parse_fleet(text: str, *, name: str = "fleet.yaml", base_dir: Path | None = None) -> Fleet:
-    try:
-        loader = yaml.SafeLoader(text)
-        try:
-            root = loader.get_single_node()
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{name}{line}: not valid YAML: {e.problem or e.context}") from None
-    except yaml.reader.ReaderError as e:  # a character YAML does not allow: it has a position, not a mark
-        line = text.count("\n", 0, e.position) + 1
-        raise ConfigError(f"{name}:{line}: not valid YAML: character U+{_codepoint(e.character):04X} is not allowed "
-                          f"(position {e.position})") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{name}: not valid YAML: {e}") from None
-    return _Reader(name, base_dir or Path.cwd()).fleet(root)
-
-
-def _codepoint(c) -> int:
-    return c if isinstance(c, int) else ord(c[:1] or "\0")
+    return _Reader(name, base_dir or Path.cwd()).fleet(compose(text, name))
 
 
 class _Reader:
@@ -174,7 +155,10 @@ class _Reader:
     def scalar(self, node, path):
         if not isinstance(node, yaml.ScalarNode):
             raise self.error(node, path, f"expected a single value, got {_kind(node)}")
-        return yaml.SafeLoader("").construct_object(node)
+        try:
+            return scalar_value(node)
+        except ValueError as e:
+            raise self.error(node, path, str(e)) from None
 
     def string(self, node, path, pattern: re.Pattern | None = None, what: str = "a string") -> str:
         value = self.scalar(node, path)
