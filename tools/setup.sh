@@ -37,5 +37,6 @@ import platform
 for arch in dict.fromkeys([platform.machine(), "aarch64"]):
     print(f"setup: runtime bundle {arch}: {ensure_bundle(arch)}")
 PY
-bash tools/build_qemu_plugins.sh >/dev/null  # QEMU's libinsn.so for `bench --emulate` and the qemu tests
+# QEMU's libinsn.so for `bench --emulate` and the qemu tests, and the aarch64 guest Python (numpy, LiteRT, ncnn)
+bash tools/build_qemu_plugins.sh --guest-python >/dev/null
 echo "setup: done (.venv/bin/edge-sdk is the CLI)"

@@ -119,7 +119,8 @@ def _ncnn(path: str, threads: int, weights: str | None = None):
 
     def run(x, _keep=keep):
         ex = net.create_extractor()
-        ex.input(inp, ncnn.Mat(np.ascontiguousarray(x[0])))
+        chw = np.ascontiguousarray(x[0], np.float32)  # ncnn.Mat(array) borrows the buffer: keep it alive
+        ex.input(inp, ncnn.Mat(chw))
         ret, y = ex.extract(out)
         if ret != 0:
             raise SystemExit(f"{path}: ncnn extract({out}) failed ({ret})")
