@@ -11,7 +11,6 @@ emulated (qemu-user on this machine), not a Pi's: the table says so.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import posixpath
@@ -82,7 +81,7 @@ def run_demo(*, model: str, alpha: float, resolution: int, classes: int, bitseri
 def compile_variants(*, model: str, alpha: float, resolution: int, classes: int, bitserial: str,
                      targets: list[str], out_dir: Path, say, notes: list[str]) -> dict[str, list[Path]]:
     """target -> packages; a variant that has not landed or does not compile for this model is skipped with a note."""
-    from edge_sdk.compiler.build import compile_model
+    from edge_sdk.compiler.cache import cached_package
     from edge_sdk.models.zoo import build_zoo_model
     from edge_sdk.targets import get_target
     from edge_sdk.variants import VARIANTS, get_variant
@@ -98,18 +97,12 @@ def compile_variants(*, model: str, alpha: float, resolution: int, classes: int,
         say(f"note: {notes[-1]}")
     variants.append(bitserial)
     zoo = build_zoo_model(model, alpha=alpha, resolution=resolution, classes=classes, seed=0)
-    key = _compiler_key()
     out: dict[str, list[Path]] = {t: [] for t in targets}
     for variant in variants:
         for target in targets:
-            pkg = out_dir / f"{model}_{alpha}_{resolution}_{classes}_{variant}_{target}-{key}.edgepkg"
-            if pkg.is_file():
-                say(f"cached: {pkg.name}")
-                out[target].append(pkg)
-                continue
             t1 = time.monotonic()
             try:
-                compile_model(zoo, variant=get_variant(variant), target=get_target(target), out=pkg)
+                pkg, cached = cached_package(zoo, get_variant(variant), get_target(target), folder=out_dir)
             except Exception as e:  # noqa: BLE001 - "use what compiles": the cause goes into the printed notes
                 if variant == "float32":
                     raise
@@ -117,23 +110,10 @@ def compile_variants(*, model: str, alpha: float, resolution: int, classes: int,
                              f"({type(e).__name__}: {str(e).strip()[:300]}); skipped")
                 say(f"note: {notes[-1]}")
                 continue
-            say(f"compiled {variant} for {target} in {time.monotonic() - t1:.0f} s: {pkg.name}")
+            say(f"cached: {pkg.name}" if cached else
+                f"compiled {variant} for {target} in {time.monotonic() - t1:.0f} s: {pkg.name}")
             out[target].append(pkg)
     return out
-
-
-def _compiler_key() -> str:
-    """Packages are reused while the compiler, zoo, quantizers and the TVM version are unchanged."""
-    import tvm
-
-    h = hashlib.sha256(tvm.__version__.encode())
-    pkg = Path(__file__).resolve().parent
-    for sub in ("compiler", "models", "quant"):
-        for p in sorted((pkg / sub).rglob("*.py")):
-            h.update(p.relative_to(pkg).as_posix().encode() + p.read_bytes())
-    for name in ("package.py", "targets.py", "variants.py"):
-        h.update((pkg / name).read_bytes())
-    return h.hexdigest()[:10]
 
 
 def write_sample_frames(folder: Path, *, n: int, size: tuple[int, int]) -> Path:
@@ -239,6 +219,7 @@ def run_on_device(fleet, *, kind: str, packages: list[Path], frames_dir: Path, f
 def record(lines: Path, *, device: str, kind: str, packages, deploy_report, threads: int, db: Path,
            emulated: bool) -> list[dict]:
     """One results-store run per variant from the app's JSON lines; returns the table rows."""
+    from edge_sdk.bench.rows import latency_stats
     from edge_sdk.package import read_manifest
     from edge_sdk.results.store import ResultsStore
 
@@ -258,8 +239,7 @@ def record(lines: Path, *, device: str, kind: str, packages, deploy_report, thre
             run_json = {
                 "model": manifest["model"]["name"], "variant": manifest["variant"], "target": manifest["target"]["name"],
                 "threads": threads, "emulated": emulated, "repeats": len(got),
-                "latency_ms": {"median": float(np.median(lat)), "min": float(lat.min()), "max": float(lat.max()),
-                               "p10": float(np.percentile(lat, 10)), "p90": float(np.percentile(lat, 90))},
+                "latency_ms": latency_stats(lat),
                 "golden": {"ok": bool(gold.get("ok")), "max_abs_err": gold.get("max_abs_err")},
                 "versions": manifest.get("versions"),
             }

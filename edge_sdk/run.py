@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edge_sdk.bench.rows import latency_stats
 from edge_sdk.errors import RuntimeFailure, UsageError
 from edge_sdk.package import Package, open_package
 from edge_sdk.runtime.profile import format_table, layer_times
@@ -40,12 +41,10 @@ class RunResult:
         return float(np.median(self.latencies_ms))
 
     def to_json(self) -> dict:
-        lat = np.asarray(self.latencies_ms)
         return {
             "package": self.package, "model": self.model, "variant": self.variant, "target": self.target,
-            "emulated": self.emulated, "threads": self.threads, "repeats": len(lat),
-            "latency_ms": {"median": float(np.median(lat)), "min": float(lat.min()), "max": float(lat.max()),
-                           "p10": float(np.percentile(lat, 10)), "p90": float(np.percentile(lat, 90))},
+            "emulated": self.emulated, "threads": self.threads, "repeats": len(self.latencies_ms),
+            "latency_ms": latency_stats(self.latencies_ms),
             "load_ms": self.load_ms,
             "golden": {"ok": self.golden_ok, "max_abs_err": self.golden_max_abs_err},
             "top_k": [{"class": c, "label": lbl, "score": s} for c, lbl, s in self.top_k],
@@ -85,12 +84,12 @@ def load_input(path: Path, pkg: Package) -> np.ndarray:
         img = np.asarray(Image.open(path).convert("RGB"))
     except (UnidentifiedImageError, OSError) as e:
         raise UsageError(f"{path}: not a readable image or .npy file ({e})") from e
-    from edge_sdk.models.base import Preprocess
+    from edge_sdk.runtime.preprocess import PreprocessError, model_input
 
-    p = spec["preprocess"]
-    pre = Preprocess(p["resize"][0], p["resize"][1], tuple(p["mean"]), tuple(p["std"]), p["channel_order"])
-    x = pre.apply(img)
-    return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if spec["layout"] == "NCHW" else x
+    try:  # crop, resize, normalise, layout and, for integer inputs, quantize: as the device does
+        return model_input(img, spec)
+    except PreprocessError as e:
+        raise UsageError(f"{path}: {e}") from e
 
 
 def top_k(scores: np.ndarray, labels: list[str] | None, k: int = 5) -> list[tuple[int, str | None, float]]:

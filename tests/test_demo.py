@@ -1,5 +1,6 @@
 """`edge-sdk demo`, reduced (tiny MobileNetV1, 3 frames): compile, emulated Pi + loopback device,
 deploy, the classify app on the devices over SSH, results store, dashboard, table; nothing left running.
+And the demo's package cache: rebuilt after `edge-sdk tune` writes a record.
 """
 from __future__ import annotations
 
@@ -9,17 +10,19 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+import shutil
+
 import pytest
 
 from edge_sdk.cli import main
-
-pytestmark = [pytest.mark.qemu, pytest.mark.slow]
 
 
 def _netns() -> set[str]:
     return set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
 
 
+@pytest.mark.qemu
+@pytest.mark.slow
 def test_reduced_demo_end_to_end(tmp_path, capsys):
     if os.geteuid() != 0:
         pytest.skip("the demo starts an emulated Pi and a loopback sshd (root)")
@@ -62,3 +65,31 @@ def test_reduced_demo_end_to_end(tmp_path, capsys):
     assert page.lstrip().lower().startswith("<!doctype html") and "mobilenet_v1" in page and "w1a2" in page
     assert _netns() == before  # the emulated Pi's namespace is gone
     assert not any("edge-sdk-demo-" in line for line in Path("/proc/self/mountinfo").read_text().splitlines())
+
+
+@pytest.mark.slow
+def test_demo_recompiles_float32_after_a_tuning_record_lands(tmp_path, monkeypatch):
+    """compile applies the user's tuning records to float32 by default, so a record that `edge-sdk tune`
+    writes must name a new float32 package; the demo's old cache key ignored the records and served the
+    package built before the tune. int8 and bitserial apply no records: they stay cached."""
+    from edge_sdk.demo import compile_variants
+    from edge_sdk.tuning.store import repo_root, user_root
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))  # the user's records root, empty so far
+    said: list[str] = []
+
+    def build() -> dict[str, list[Path]]:
+        said.clear()
+        return compile_variants(model="mobilenet_v1", alpha=0.25, resolution=32, classes=10, bitserial="w1a2",
+                                targets=["host"], out_dir=tmp_path / "pkgs", say=said.append, notes=[])
+
+    first = build()["host"]
+    assert build()["host"] == first and all(m.startswith(("cached:", "note:")) for m in said), said
+    shipped = sorted((repo_root() / "host").glob("*.json"))[0]  # a valid record, as `edge-sdk tune` writes them
+    (user_root() / "host").mkdir(parents=True)
+    shutil.copy(shipped, user_root() / "host" / shipped.name)
+    again = build()["host"]
+    f32 = [p for p in again if "-float32-" in p.name]
+    assert len(f32) == 1 and f32[0] not in first and f32[0].is_file()
+    assert any(m.startswith("compiled float32") for m in said), said
+    assert sorted(p for p in again if p not in f32) == sorted(p for p in first if "-float32-" not in p.name)

@@ -1,141 +1,40 @@
 """edge-sdk bench: our variants and the peer engines, side by side, in one run.
 
-Lifecycle: Model -> one cached .edgepkg per variant (compile_model) -> timed runs with the runtime
+Lifecycle: Model -> one cached .edgepkg per variant (compiler/cache.py) -> timed runs with the runtime
 bundle (or instruction counts under qemu with --emulate) -> one BenchRow per (engine, variant,
 threads) -> BenchResult: a rich table, JSON, and rows in the results store.
 
 Measured like a measurement: warm-up runs, then repeats until a minimum time has passed (at least
---repeat), median and p10/p90; every row has a status: ok, wrong output (the package's golden check
-failed), failed (with the error), unavailable (variant not landed, peer not set up). Threads, CPU,
+--repeat), median and p10/p90; every row has a status (rows.py): ok, wrong output (the package's golden
+check failed), failed (with the error), unavailable (variant not landed, peer not set up). Threads, CPU,
 clock, temperature, load and versions go with every figure (sysinfo.py).
 
-Packages are cached under $EDGE_SDK_CACHE/bench/, keyed by the model (source, options, file
-sha256), variant, target, edge-sdk and TVM versions, and a digest of edge_sdk/compiler's sources
-(so a teammate's faster kernel is rebuilt, not served stale).
+Packages are cached under $EDGE_SDK_CACHE/bench/ by compiler/cache.py, keyed on everything compile
+depends on (model, variant, target, seed, versions, the compiler's sources, the tuning records).
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from edge_sdk import __version__
 from edge_sdk._suggest import did_you_mean
+from edge_sdk.bench.rows import (FAILED, OK, SCHEMA, UNAVAILABLE, WRONG, BenchResult, BenchRow, failure,
+                                 finish_latencies, ratios)
+from edge_sdk.compiler.cache import cached_package
 from edge_sdk.errors import EdgeError, UsageError
 from edge_sdk.runtime.bundle import cache_root
 
-OK, WRONG, FAILED, UNAVAILABLE = "ok", "wrong output", "failed", "unavailable"
-SCHEMA = "edge-sdk.bench/1"
-_COMPILER_DIR = Path(__file__).resolve().parents[1] / "compiler"
+__all__ = ["FAILED", "OK", "SCHEMA", "UNAVAILABLE", "WRONG", "BenchResult", "BenchRow", "cached_package",
+           "package_folder", "parse_threads", "parse_variants", "run_bench"]
 
 
-@dataclass
-class BenchRow:
-    engine: str  # "edge-sdk" or a peer engine
-    variant: str
-    family: str  # float / int8 / bitserial (ours), float / int8 / binary (peers)
-    threads: int
-    status: str = OK
-    detail: str = ""
-    latency_ms: dict | None = None  # median, p10, p90, min, max
-    repeats: int = 0
-    instructions: float | None = None  # per inference, under --emulate
-    counts: dict | None = None  # raw qemu counts per K
-    memory: dict | None = None  # under --emulate --memory: misses, DRAM bytes, modelled cycles (emulate.py)
-    golden: dict | None = None
-    package: str | None = None
-    cached: bool | None = None
-    speedup_vs_float32: float | None = None  # our float32 / this (>1: faster)
-    vs_best_peer: float | None = None  # this / best peer of the same family (<=1: at or below)
-    best_peer: str | None = None
-    run_json: dict | None = field(default=None, repr=False)
-    manifest: dict | None = field(default=None, repr=False)
-    latencies: list[float] = field(default_factory=list, repr=False)  # all rounds, in ms
-
-    @property
-    def ours(self) -> bool:
-        return self.engine == "edge-sdk"
-
-    def metric(self) -> float | None:
-        if self.status != OK:
-            return None
-        return self.instructions if self.instructions is not None else (self.latency_ms or {}).get("median")
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d.pop("run_json"), d.pop("manifest"), d.pop("latencies")
-        return d
-
-
-@dataclass
-class BenchResult:
-    model: dict
-    target: str
-    mode: str  # "latency" or "instructions"
-    emulate_cpu: str | None
-    options: dict
-    system: dict
-    rows: list[BenchRow]
-    store: dict = field(default_factory=dict)
-    device: str | None = None  # a fleet device's name when measured there (device.py), else None: this machine
-
-    def to_json(self) -> dict:
-        return {"schema": SCHEMA, "model": self.model, "target": self.target, "device": self.device, "mode": self.mode,
-                "emulate_cpu": self.emulate_cpu, "options": self.options, "system": self.system,
-                "rows": [r.to_json() for r in self.rows], "store": self.store}
-
-
-def _stats(lat: list[float]) -> dict:
-    a = np.asarray(lat, np.float64)
-    return {"median": float(np.median(a)), "p10": float(np.percentile(a, 10)), "p90": float(np.percentile(a, 90)),
-            "min": float(a.min()), "max": float(a.max())}
-
-
-def _compiler_digest() -> str:
-    """The compiler's, model builders' and quantizers' sources and the tuning records compile applies by default (shipped and the user's)."""
-    from edge_sdk.tuning.store import records_digest
-
-    h = hashlib.sha256()
-    root = _COMPILER_DIR.parent  # models/ and quant/ shape packages too (binarized layouts, stems, goldens)
-    for p in sorted(q for d in ("compiler", "models", "quant") for q in (root / d).rglob("*.py")):
-        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes())
-    h.update(b"tuning\0" + records_digest().encode())
-    return h.hexdigest()[:16]
-
-
-def package_key(model, variant, target) -> str:
-    """What decides a package's contents; its hash names the cached .edgepkg."""
-    import tvm
-
-    src = Path(model.source) if model.source and not model.source.startswith("zoo:") else None
-    ident = {"model": model.name, "source": model.source, "options": model.options,
-             "file_sha256": hashlib.sha256(src.read_bytes()).hexdigest() if src and src.is_file() else None,
-             "variant": variant.name, "target": target.name, "llvm": target.llvm, "edge_sdk": __version__,
-             "tvm": tvm.__version__, "compiler": _compiler_digest()}
-    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
-
-
-def cached_package(model, variant, target, *, seed: int, progress) -> tuple[Path, bool]:
-    from edge_sdk.compiler.build import compile_model
-
-    out = cache_root() / "bench" / f"{model.name}-{variant.name}-{target.name}-{package_key(model, variant, target)}.edgepkg"
-    if out.is_file():
-        return out, True
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.{os.getpid()}.edgepkg")
-    try:
-        compile_model(model, variant=variant, target=target, out=tmp, seed=seed,
-                      progress=lambda m: progress(f"{variant.name}: {m}"))
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return out, False
+def package_folder() -> Path:
+    """Where bench (here and on a device) keeps its compiled packages: $EDGE_SDK_CACHE/bench."""
+    return cache_root() / "bench"
 
 
 def parse_variants(text: str) -> list[str]:
@@ -158,10 +57,6 @@ def parse_threads(text: str) -> list[int]:
     if not threads or min(threads) < 1:
         raise UsageError(f"--threads: expected integers >= 1, got '{text}'")
     return list(dict.fromkeys(threads))
-
-
-def _failure(e: Exception) -> str:
-    return f"{type(e).__name__}: {e}".strip()[:2000]
 
 
 def _qemu_cpu(manifest: dict) -> str | None:
@@ -239,35 +134,7 @@ def _more_rounds(rows: list[BenchRow], rounds: int, *, key: str, input_npy: Path
                                      min_time_ms=min_time_ms, input_npy=input_npy)
                     row.latencies += js["latencies_ms"]
             except (EdgeError, RuntimeError, ValueError, OSError) as e:
-                row.status, row.detail = FAILED, f"round {i}: {_failure(e)}"
-
-
-def _finish_latencies(rows: list[BenchRow]) -> None:
-    for row in rows:
-        if row.latencies:
-            row.latency_ms, row.repeats = _stats(row.latencies), len(row.latencies)
-            if row.run_json:
-                row.run_json.update(latency_ms=row.latency_ms, repeats=row.repeats)
-
-
-def _ratios(rows: list[BenchRow]) -> None:
-    # The issue's goals: w1a1 against binary peers (LCE), other bitserial variants against float peers.
-    compare = {"float": ("float",), "int8": ("int8",), "bitserial": ("float",), "binary": ("binary",)}
-    for r in rows:
-        m = r.metric()
-        if m is None:
-            continue
-        f32 = [x.metric() for x in rows if x.ours and x.variant == "float32" and x.threads == r.threads]
-        if f32 and f32[0]:
-            r.speedup_vs_float32 = f32[0] / m
-        if not r.ours:
-            continue
-        for fam in ("binary", "float") if r.variant == "w1a1" else compare.get(r.family, ()):
-            peers = [p for p in rows if not p.ours and p.family == fam and p.threads == r.threads and p.metric()]
-            if peers:
-                best = min(peers, key=lambda p: p.metric())
-                r.vs_best_peer, r.best_peer = m / best.metric(), f"{best.engine} {best.variant}"
-                break
+                row.status, row.detail = FAILED, f"round {i}: {failure(e)}"
 
 
 def _int8_source(model, variant):
@@ -331,9 +198,9 @@ def run_bench(model, *, variants: list[str], target: str = "host", threads: list
         try:
             src, note = _int8_source(model, v)
             say(f"{name}: compiling for {tgt.name} (or reusing the cached package)")
-            pkg, cached = cached_package(src, v, tgt, seed=seed, progress=say)
+            pkg, cached = cached_package(src, v, tgt, folder=package_folder(), seed=seed, progress=say)
         except (EdgeError, RuntimeError, ValueError, OSError) as e:
-            rows += [BenchRow("edge-sdk", name, v.family, t, FAILED, f"compile: {_failure(e)}") for t in threads]
+            rows += [BenchRow("edge-sdk", name, v.family, t, FAILED, f"compile: {failure(e)}") for t in threads]
             continue
         for t in threads:
             row = BenchRow("edge-sdk", name, v.family, t, package=str(pkg), cached=cached, detail=note)
@@ -343,7 +210,7 @@ def run_bench(model, *, variants: list[str], target: str = "host", threads: list
                               caches=caches)
                 inputs += [x] if x.dtype == np.float32 else []
             except (EdgeError, RuntimeError, ValueError, OSError) as e:
-                row.status, row.detail = FAILED, _failure(e)
+                row.status, row.detail = FAILED, failure(e)
             rows.append(row)
     key = peers_mod.peer_key(model)
     with tempfile.TemporaryDirectory(prefix="edge-bench-in-") as tmp:
@@ -357,8 +224,8 @@ def run_bench(model, *, variants: list[str], target: str = "host", threads: list
             rows += peers_mod.peer_rows(key, threads, tgt, emulate_cpu, npy, warmup=warmup, repeat=repeat,
                                         min_time_ms=slice_ms, say=say)
         _more_rounds(rows, rounds, key=key, input_npy=npy, warmup=warmup, min_time_ms=slice_ms, say=say)
-    _finish_latencies(rows)
-    _ratios(rows)
+    finish_latencies(rows)
+    ratios(rows)
     return BenchResult(model={"name": model.name, "source": model.source, "options": model.options, "peer_key": key},
                        target=tgt.name, mode="instructions" if emulate else "latency", emulate_cpu=emulate_cpu,
                        options={"variants": list(variants), "threads": list(threads), "peers": peers,

@@ -1,6 +1,6 @@
 """edge-sdk bench --device D --fleet F: the same comparison, measured on a device of the fleet.
 
-Lifecycle: one cached .edgepkg per variant, compiled for the device's target (bench.cached_package)
+Lifecycle: one cached .edgepkg per variant, compiled for the device's target (compiler/cache.py)
 -> edge_sdk.fleet.deploy (content-addressed: a package already installed there is not sent again)
 -> each package run on the device by its own runtime bundle (fleet.remote.run_remote, with
 --profile so the store gets per-layer conv/glue times) -> the run JSON comes back over SSH ->
@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from edge_sdk.bench.bench import (FAILED, UNAVAILABLE, WRONG, BenchResult, BenchRow, _failure, _int8_source,
-                                  _ratios, cached_package)
+from edge_sdk.bench.bench import _int8_source, package_folder
+from edge_sdk.bench.rows import FAILED, UNAVAILABLE, WRONG, BenchResult, BenchRow, failure, ratios
+from edge_sdk.compiler.cache import cached_package
 from edge_sdk.errors import EdgeError
 
 _FACTS = r"""
@@ -65,7 +66,7 @@ def run_bench_device(model, *, variants: list[str], device: str, fleet: Path | s
     """
     from edge_sdk.fleet.config import load_fleet
     from edge_sdk.fleet.deploy import LocalPackage, deploy
-    from edge_sdk.fleet.remote import run_remote
+    from edge_sdk.fleet.remote import RemoteRun, run_remote
     from edge_sdk.fleet.ssh import default_known_hosts
     from edge_sdk.package import read_manifest
     from edge_sdk.targets import get_target
@@ -86,10 +87,10 @@ def run_bench_device(model, *, variants: list[str], device: str, fleet: Path | s
         try:
             src, note = _int8_source(model, v)
             say(f"{name}: compiling for {tgt.name} (device {dev.name}), or reusing the cached package")
-            pkg, cached = cached_package(src, v, tgt, seed=seed, progress=say)
+            pkg, cached = cached_package(src, v, tgt, folder=package_folder(), seed=seed, progress=say)
             built[name] = (pkg, cached, note)
         except (EdgeError, RuntimeError, ValueError, OSError) as e:
-            rows += [BenchRow("edge-sdk", name, v.family, t, FAILED, f"compile: {_failure(e)}") for t in threads]
+            rows += [BenchRow("edge-sdk", name, v.family, t, FAILED, f"compile: {failure(e)}") for t in threads]
 
     actions: dict[str, str] = {}  # package file name -> "installed"/"unchanged", or the error
     device_error = None
@@ -98,7 +99,7 @@ def run_bench_device(model, *, variants: list[str], device: str, fleet: Path | s
         [res] = deploy([dev], [LocalPackage.load(p) for p, _, _ in built.values()], known_hosts=kh)
         report = res.value if res.ok else getattr(res.error, "report", None)
         if report is None or report.error:
-            device_error = f"deploy to {dev.name}: {report.error if report else _failure(res.error)}"
+            device_error = f"deploy to {dev.name}: {report.error if report else failure(res.error)}"
         else:
             actions = {o.package: (o.action if o.error is None else f"deploy failed: {o.error}")
                        for o in report.packages}
@@ -114,9 +115,9 @@ def run_bench_device(model, *, variants: list[str], device: str, fleet: Path | s
                 continue
             say(f"{name}: running on {dev.name} with {t} thread(s)")
             try:
-                rj = run_remote(dev, pkg, repeat=repeat, warmup=warmup, threads=t, known_hosts=kh, profile=profile)
+                rj = run_remote(dev, pkg, RemoteRun(repeat=repeat, warmup=warmup, threads=t, profile=profile), known_hosts=kh)
             except (EdgeError, RuntimeError, ValueError, OSError) as e:
-                row.status, row.detail = FAILED, f"on {dev.name}: {_failure(e)}"
+                row.status, row.detail = FAILED, f"on {dev.name}: {failure(e)}"
                 continue
             m = read_manifest(pkg)
             rj["versions"] = {**(m.get("versions") or {}), **{f"runtime_{k}": x for k, x in rj["versions"].items()}}
@@ -131,7 +132,7 @@ def run_bench_device(model, *, variants: list[str], device: str, fleet: Path | s
                 row.detail = f"golden check failed on {dev.name}: max abs err {row.golden['max_abs_err']:.3g}"
     system = device_system(dev, known_hosts=kh) if not device_error else {
         "hostname": dev.name, "device": dev.name, "address": dev.address, "versions": {}}
-    _ratios(rows)
+    ratios(rows)
     result = BenchResult(model={"name": model.name, "source": model.source, "options": model.options},
                          target=tgt.name, mode="latency", emulate_cpu=None,
                          options={"variants": list(variants), "threads": list(threads), "warmup": warmup,

@@ -1,0 +1,109 @@
+"""Bench rows: what one (engine, variant, threads) measurement is, its status, and the ratios between rows.
+
+Statuses: ok, wrong output (the package's golden check failed), failed (with the error), unavailable
+(variant not landed, peer not set up). `latency_stats` is the latency dict every run JSON carries
+(run, remote run, bench, the demo's app runs).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+OK, WRONG, FAILED, UNAVAILABLE = "ok", "wrong output", "failed", "unavailable"
+SCHEMA = "edge-sdk.bench/1"
+
+
+@dataclass
+class BenchRow:
+    engine: str  # "edge-sdk" or a peer engine
+    variant: str
+    family: str  # float / int8 / bitserial (ours), float / int8 / binary (peers)
+    threads: int
+    status: str = OK
+    detail: str = ""
+    latency_ms: dict | None = None  # median, p10, p90, min, max
+    repeats: int = 0
+    instructions: float | None = None  # per inference, under --emulate
+    counts: dict | None = None  # raw qemu counts per K
+    memory: dict | None = None  # under --emulate --memory: misses, DRAM bytes, modelled cycles (emulate.py)
+    golden: dict | None = None
+    package: str | None = None
+    cached: bool | None = None
+    speedup_vs_float32: float | None = None  # our float32 / this (>1: faster)
+    vs_best_peer: float | None = None  # this / best peer of the same family (<=1: at or below)
+    best_peer: str | None = None
+    run_json: dict | None = field(default=None, repr=False)
+    manifest: dict | None = field(default=None, repr=False)
+    latencies: list[float] = field(default_factory=list, repr=False)  # all rounds, in ms
+
+    @property
+    def ours(self) -> bool:
+        return self.engine == "edge-sdk"
+
+    def metric(self) -> float | None:
+        if self.status != OK:
+            return None
+        return self.instructions if self.instructions is not None else (self.latency_ms or {}).get("median")
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d.pop("run_json"), d.pop("manifest"), d.pop("latencies")
+        return d
+
+
+@dataclass
+class BenchResult:
+    model: dict
+    target: str
+    mode: str  # "latency" or "instructions"
+    emulate_cpu: str | None
+    options: dict
+    system: dict
+    rows: list[BenchRow]
+    store: dict = field(default_factory=dict)
+    device: str | None = None  # a fleet device's name when measured there (device.py), else None: this machine
+
+    def to_json(self) -> dict:
+        return {"schema": SCHEMA, "model": self.model, "target": self.target, "device": self.device, "mode": self.mode,
+                "emulate_cpu": self.emulate_cpu, "options": self.options, "system": self.system,
+                "rows": [r.to_json() for r in self.rows], "store": self.store}
+
+
+def latency_stats(lat) -> dict:
+    """median, p10, p90, min and max of latencies in ms (every latency dict edge-sdk writes has these keys)."""
+    a = np.asarray(lat, np.float64)
+    return {"median": float(np.median(a)), "p10": float(np.percentile(a, 10)), "p90": float(np.percentile(a, 90)),
+            "min": float(a.min()), "max": float(a.max())}
+
+
+def failure(e: Exception) -> str:
+    return f"{type(e).__name__}: {e}".strip()[:2000]
+
+
+def finish_latencies(rows: list[BenchRow]) -> None:
+    for row in rows:
+        if row.latencies:
+            row.latency_ms, row.repeats = latency_stats(row.latencies), len(row.latencies)
+            if row.run_json:
+                row.run_json.update(latency_ms=row.latency_ms, repeats=row.repeats)
+
+
+def ratios(rows: list[BenchRow]) -> None:
+    # The issue's goals: w1a1 against binary peers (LCE), other bitserial variants against float peers.
+    compare = {"float": ("float",), "int8": ("int8",), "bitserial": ("float",), "binary": ("binary",)}
+    for r in rows:
+        m = r.metric()
+        if m is None:
+            continue
+        f32 = [x.metric() for x in rows if x.ours and x.variant == "float32" and x.threads == r.threads]
+        if f32 and f32[0]:
+            r.speedup_vs_float32 = f32[0] / m
+        if not r.ours:
+            continue
+        for fam in ("binary", "float") if r.variant == "w1a1" else compare.get(r.family, ()):
+            peers = [p for p in rows if not p.ours and p.family == fam and p.threads == r.threads and p.metric()]
+            if peers:
+                best = min(peers, key=lambda p: p.metric())
+                r.vs_best_peer, r.best_peer = m / best.metric(), f"{best.engine} {best.variant}"
+                break

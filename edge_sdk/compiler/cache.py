@@ -1,0 +1,97 @@
+"""Compile or reuse: the one package cache (bench, bench --device and the demo use it).
+
+A cached .edgepkg is named by a hash of everything compile_model's output depends on:
+
+- the model: name, source, options (width, resolution, calibration folder, ...), the model file's sha256;
+- the variant and target rows (all their fields: bit widths, glue, LLVM target, cross compiler, ...);
+- the golden input's seed, edge-sdk's and TVM's versions;
+- the sources that shape a package: compiler/, models/, quant/, runtime/ (the LiteRT golden reference),
+  tuning/ (record replay), package.py, targets.py, variants.py -- so a teammate's faster kernel is
+  rebuilt, not served stale;
+- for the variants compile applies tuning records to (the float family): every record file under the
+  roots compile searches (--tuning-records DIRs, then the user's and the shipped ones), so a package
+  built before `edge-sdk tune` is not served after it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from edge_sdk import __version__
+
+_PKG = Path(__file__).resolve().parents[1]  # edge_sdk/
+_SOURCE_DIRS = ("compiler", "models", "quant", "runtime", "tuning")
+_SOURCE_FILES = ("__init__.py", "package.py", "targets.py", "variants.py")
+
+
+@functools.cache
+def sources_digest() -> str:
+    """The sources compile_model's output depends on (read once per process)."""
+    h = hashlib.sha256()
+    files = [p for d in _SOURCE_DIRS for p in (_PKG / d).rglob("*") if p.suffix in (".py", ".cc", ".h")]
+    for p in sorted(files + [_PKG / n for n in _SOURCE_FILES]):
+        h.update(p.relative_to(_PKG).as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def applies_tuning(variant) -> bool:
+    """Whether compile_model applies tuning records to this variant (compiler/build.py: the float family)."""
+    return variant.family == "float"
+
+
+def tuning_digest(variant, *, use_tuning: bool = True, tuning_roots: Sequence[Path] = ()) -> str | None:
+    """The record files compile would search for this variant; None when it applies none."""
+    if not (use_tuning and applies_tuning(variant)):
+        return None
+    from edge_sdk.tuning.store import default_roots, records_digest
+
+    return records_digest([*map(Path, tuning_roots), *default_roots()])
+
+
+def _model_identity(model) -> dict:
+    src = Path(model.source) if model.source and not model.source.startswith("zoo:") else None
+    return {"model": model.name, "source": model.source, "options": model.options,
+            "file_sha256": hashlib.sha256(src.read_bytes()).hexdigest() if src and src.is_file() else None}
+
+
+def package_key(model, variant, target, *, seed: int = 0, use_tuning: bool = True,
+                tuning_roots: Sequence[Path] = ()) -> str:
+    """What decides a package's contents; its hash names the cached .edgepkg."""
+    import tvm
+
+    ident = {**_model_identity(model), "variant": dataclasses.asdict(variant), "target": dataclasses.asdict(target),
+             "seed": seed, "edge_sdk": __version__, "tvm": tvm.__version__, "sources": sources_digest(),
+             "tuning": tuning_digest(variant, use_tuning=use_tuning, tuning_roots=tuning_roots)}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def package_path(model, variant, target, *, folder: Path, seed: int = 0) -> Path:
+    """Where the cached package for (model, variant, target, seed) lives in `folder`; it may not exist yet."""
+    key = package_key(model, variant, target, seed=seed)
+    return folder / f"{model.name}-{variant.name}-{target.name}-{key}.edgepkg"
+
+
+def cached_package(model, variant, target, *, folder: Path, seed: int = 0,
+                   progress: Callable[[str], None] | None = None) -> tuple[Path, bool]:
+    """(package, reused): the cached package, compiled first when there is none. Written atomically:
+    a failed or interrupted compile leaves no file behind."""
+    from edge_sdk.compiler.build import compile_model
+
+    out = package_path(model, variant, target, folder=folder, seed=seed)
+    if out.is_file():
+        return out, True
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.stem}.{os.getpid()}.edgepkg")
+    say = progress or (lambda _m: None)
+    try:
+        compile_model(model, variant=variant, target=target, out=tmp, seed=seed,
+                      progress=lambda m: say(f"{variant.name}: {m}"))
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out, False
