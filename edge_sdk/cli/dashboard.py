@@ -29,7 +29,7 @@ def drive_dashboard(args) -> int:
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: expected 0..65535")
     db = args.db or default_db_path()
-    with ResultsStore(db) as store:  # checks the schema before anything is served or written
+    with ResultsStore(db, read_only=True) as store:  # checks the schema before anything is served or written
         if args.export:
             if args.export.suffix.lower() not in (".html", ".htm"):
                 raise UsageError(f"{args.export}: the export must be an .html file")

@@ -57,7 +57,7 @@ def drive_results(args) -> int:
             run_id = store.record_run(run, manifest, device=args.device, extra=extra)
             print(f"recorded run {run_id} in {store.path}")
         return 0
-    with ResultsStore(args.db, create=args.db is None) as store:
+    with ResultsStore(args.db, create=args.db is None, read_only=True) as store:  # never writes a schema
         if cmd == "export":
             if not args.csv and not args.json:
                 raise UsageError("results export: give --csv FILE and/or --json FILE")
@@ -75,6 +75,7 @@ def drive_results(args) -> int:
         print("no runs recorded yet")
         return 0
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=f"{len(rows)} runs")
@@ -85,8 +86,8 @@ def drive_results(args) -> int:
         spread = ("" if r["latency_p10_ms"] is None
                   else f"{r['latency_p10_ms']:.2f}..{r['latency_p90_ms']:.2f}")
         golden = {None: "-", True: "ok", False: "FAILED"}[r["golden_ok"]]
-        t.add_row(str(r["run_id"]), r["time"], r["device"], r["model"], r["variant"],
-                  r["target"] + (" (emulated)" if r["emulated"] else ""), str(r["threads"]),
+        t.add_row(str(r["run_id"]), escape(str(r["time"])), escape(r["device"]), escape(r["model"]), escape(r["variant"]),
+                  escape(r["target"]) + (" (emulated)" if r["emulated"] else ""), str(r["threads"]),
                   f"{r['latency_median_ms']:.2f}", spread, golden,
                   "" if r["accuracy"] is None else f"{r['accuracy']:.3f}")
     Console().print(t)

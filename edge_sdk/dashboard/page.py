@@ -116,7 +116,7 @@ def chart_data(store: ResultsStore) -> dict:
                 for r in runs if r["accuracy"] is not None]
 
     return {
-        "meta": {"generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "meta": {"generated": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                  "db": str(store.path), "schema_version": SCHEMA_VERSION, "runs_shown": len(runs),
                  "devices": sorted({r["device"] for r in runs}), "models": sorted({r["model"] for r in runs})},
         "variants": [{"name": v, "description": VARIANTS[v].description if v in VARIANTS else v} for v in variants],

@@ -1,12 +1,15 @@
 """A local HTTP server for the dashboard: the page at `/`, its data at `/api/data` (stdlib http.server).
 
-It binds 127.0.0.1 unless told otherwise: the results name devices and hosts. Each request opens the
-store anew (SQLite connections are per thread), so a run recorded while the server runs shows up on
-the next reload.
+It binds 127.0.0.1 unless told otherwise: the results name devices and hosts; an IPv6 address
+(`--host ::1`) binds an IPv6 socket. Each request opens the store anew, read-only (SQLite connections
+are per thread), so a run recorded while the server runs shows up on the next reload. A store it
+cannot read answers 500 with {"error": ...}, which the page shows; a connection idle for
+IDLE_TIMEOUT_S is closed, so idle clients cannot hold the server's threads.
 """
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from collections.abc import Callable
 from http import HTTPStatus
@@ -18,14 +21,16 @@ from edge_sdk.dashboard.page import chart_data, render_page
 from edge_sdk.errors import EdgeError, UsageError
 from edge_sdk.results.store import ResultsStore
 
+IDLE_TIMEOUT_S = 30.0
 _SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
                      "Cache-Control": "no-store"}
 
 
-def _handler(db: Path, log: Callable[[str], None] | None) -> type[BaseHTTPRequestHandler]:
+def _handler(db: Path, log: Callable[[str], None] | None, idle_timeout: float) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "edge-sdk-dashboard"
         head_only = False
+        timeout = idle_timeout  # StreamRequestHandler sets it on the socket: a silent client is dropped
 
         def do_HEAD(self) -> None:  # noqa: N802 (http.server's naming)
             self.head_only = True
@@ -36,15 +41,25 @@ def _handler(db: Path, log: Callable[[str], None] | None) -> type[BaseHTTPReques
             if path in ("/", "/index.html"):
                 self._send(HTTPStatus.OK, "text/html; charset=utf-8", render_page(None).encode())
             elif path == "/api/data":
-                try:
-                    with ResultsStore(db) as store:
-                        body = json.dumps(chart_data(store), default=str).encode()
-                    self._send(HTTPStatus.OK, "application/json", body)
-                except EdgeError as e:
-                    self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "application/json",
-                               json.dumps({"error": str(e)}).encode())
+                self._send_data()
             else:
                 self._send(HTTPStatus.NOT_FOUND, "text/plain; charset=utf-8", b"not found\n")
+
+        def _send_data(self) -> None:
+            try:
+                with ResultsStore(db, read_only=True) as store:
+                    body = json.dumps(chart_data(store), default=str, allow_nan=False).encode()
+            except EdgeError as e:
+                self._send_error(str(e))
+            except Exception as e:  # noqa: BLE001 - the server answers every request; the reason goes to the page
+                self._send_error(f"cannot read the results store {db}: {type(e).__name__}: {e}")
+            else:
+                self._send(HTTPStatus.OK, "application/json", body)
+
+        def _send_error(self, message: str) -> None:
+            if log:
+                log(f"api/data: {message}")
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "application/json", json.dumps({"error": message}).encode())
 
         def _send(self, status: HTTPStatus, ctype: str, body: bytes) -> None:
             self.send_response(status)
@@ -63,13 +78,21 @@ def _handler(db: Path, log: Callable[[str], None] | None) -> type[BaseHTTPReques
     return Handler
 
 
-def make_server(*, db: Path, host: str = "127.0.0.1", port: int = 8765,
-                log: Callable[[str], None] | None = None) -> ThreadingHTTPServer:
+def make_server(*, db: Path, host: str = "127.0.0.1", port: int = 8765, log: Callable[[str], None] | None = None,
+                idle_timeout: float = IDLE_TIMEOUT_S) -> ThreadingHTTPServer:
     """A bound, not yet serving, server (port 0: any free port; read it from .server_address)."""
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        server = ThreadingHTTPServer((host, port), _handler(Path(db), log))
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise UsageError(f"cannot listen on {shown}: not an address of this machine ({e})",
+                         hint="--host 127.0.0.1 (IPv4 loopback) or ::1 (IPv6 loopback)") from None
+    server_class = type("DashboardServer", (ThreadingHTTPServer,), {"address_family": family})
+    try:
+        server = server_class((host, port), _handler(Path(db), log, idle_timeout))
     except OSError as e:
-        raise UsageError(f"cannot listen on {host}:{port} ({e.strerror or e})",
+        ipv6 = " (IPv6 is off on this machine?)" if family == socket.AF_INET6 else ""
+        raise UsageError(f"cannot listen on {shown} ({e.strerror or e}){ipv6}",
                          hint="pick another port with --port, or --port 0 for any free one") from e
     server.daemon_threads = True
     return server

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from edge_sdk.errors import ConfigError, UsageError
+from edge_sdk.files import honour_umask
 
 SCHEMA_VERSION = 1
 
@@ -95,7 +96,7 @@ def device_facts() -> dict:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def _need(obj: dict, key: str, where: str):
@@ -153,18 +154,28 @@ def normalize_per_layer(value) -> list[dict]:
 class ResultsStore:
     """One SQLite file of runs. Use as a context manager, or call close()."""
 
-    def __init__(self, path: Path | str | None = None, *, create: bool = True):
+    def __init__(self, path: Path | str | None = None, *, create: bool = True, read_only: bool = False):
+        """`read_only`: never write, not even the schema into an empty file (which then reads as no runs);
+        a missing file reads as no runs too, unless `create` is False (then it is a UsageError)."""
         self.path = Path(path) if path is not None else default_db_path()
+        self.read_only, self._empty = read_only, False
         if not self.path.exists():
             if not create:
                 raise UsageError(f"{self.path}: no such results database")
+            if read_only:
+                self._db, self._empty = None, True
+                return
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            if read_only:
+                self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30,
+                                           isolation_level=None)
+            else:
+                self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             self._db.row_factory = sqlite3.Row
             self._db.execute("PRAGMA foreign_keys = ON")
             self._check_schema()
-        except sqlite3.DatabaseError as e:
+        except sqlite3.Error as e:
             raise ConfigError(f"{self.path}: not a readable results database ({e})") from e
 
     def __enter__(self) -> ResultsStore:
@@ -174,7 +185,8 @@ class ResultsStore:
         self.close()
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -198,6 +210,9 @@ class ResultsStore:
         if tables:
             raise ConfigError(f"{self.path}: an SQLite file that is not an edge-sdk results database "
                               f"(tables: {', '.join(sorted(tables))})")
+        if self.read_only:
+            self._empty = True
+            return
         try:  # one script, one transaction (executescript would commit an outer one first)
             self._db.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
         except BaseException:
@@ -215,6 +230,8 @@ class ResultsStore:
         extra = dict(extra or {})
         if not device:
             raise UsageError("record_run: a device name is required")
+        if self.read_only:
+            raise UsageError(f"{self.path}: opened read-only; cannot record a run")
         lat = _need(run_json, "latency_ms", "run JSON")
         for key in ("model", "variant", "target"):
             got, want = _need(run_json, key, "run JSON"), _manifest_field(manifest, key)
@@ -283,32 +300,58 @@ class ResultsStore:
                          "AND r2.device = r.device AND r2.target = r.target AND r2.threads = r.threads)")
         sql = ("SELECT r.id AS run_id, r.*, m.* FROM runs r JOIN measurements m ON m.run_id = r.id"
                + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY r.id, m.id")
+        if self._empty:
+            return []
         out = []
-        for row in self._db.execute(sql, args):
+        for row in self._rows(sql, args):
             d = {k: row[k] for k in RUN_COLUMNS}
+            where = f"run {d['run_id']}"
             d["emulated"] = bool(d["emulated"])
             d["golden_ok"] = None if d["golden_ok"] is None else bool(d["golden_ok"])
-            d["per_layer_ms"] = json.loads(d["per_layer_ms"])
-            d["extra"] = json.loads(d["extra"])
+            d["per_layer_ms"] = self._json(d["per_layer_ms"], where, "per_layer_ms", list)
+            d["extra"] = self._json(d["extra"], where, "extra", dict)
+            for key in ("latency_median_ms", "latency_min_ms", "latency_max_ms"):
+                if not isinstance(d[key], (int, float)) or not 0 < d[key] < float("inf"):
+                    raise ConfigError(f"{self.path}: {where}: {key} is {d[key]!r}, not a positive time",
+                                      hint="the file was edited by hand or damaged; remove that run")
             out.append(d)
         return out
 
     def packages(self, shas: list[str] | None = None) -> dict[str, dict]:
         """sha256 -> package facts with its layer table (the roofline's input)."""
-        rows = self._db.execute("SELECT * FROM packages ORDER BY sha256").fetchall()
+        if self._empty:
+            return {}
         out = {}
-        for p in rows:
+        for p in self._rows("SELECT * FROM packages ORDER BY sha256"):
             if shas is not None and p["sha256"] not in shas:
                 continue
             d = dict(p)
-            d["versions"] = json.loads(d["versions"])
+            where = f"package {str(d['sha256'])[:12]}"
+            d["versions"] = self._json(d["versions"], where, "versions", dict)
             d["layers"] = [
                 {**{k: r[k] for k in ("name", "op", "flops", "bytes_read", "bytes_written", "intensity")},
-                 **{k: json.loads(r[k]) for k in ("epilogue", "inputs", "weights", "output")}}
-                for r in self._db.execute("SELECT * FROM package_layers WHERE package_sha256 = ? ORDER BY idx",
-                                          (p["sha256"],))]
+                 **{k: self._json(r[k], f"{where} layer {r['idx']}", k, list)
+                    for k in ("epilogue", "inputs", "weights", "output")}}
+                for r in self._rows("SELECT * FROM package_layers WHERE package_sha256 = ? ORDER BY idx",
+                                    (p["sha256"],))]
             out[p["sha256"]] = d
         return out
+
+    def _rows(self, sql: str, args=()) -> list[sqlite3.Row]:
+        try:
+            return self._db.execute(sql, args).fetchall()
+        except sqlite3.Error as e:
+            raise ConfigError(f"{self.path}: not a readable results database ({e})") from e
+
+    def _json(self, text, where: str, column: str, kind: type):
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError):
+            value = None
+        if not isinstance(value, kind):
+            raise ConfigError(f"{self.path}: {where}: column {column} is not a JSON {kind.__name__} ({str(text)[:40]!r})",
+                              hint="the file was edited by hand or damaged; remove that row")
+        return value
 
     # ------------------------------------------------------------------ export
     def export_csv(self, path: Path | str) -> int:
@@ -345,6 +388,7 @@ def atomic_write(path: Path, newline: str | None = None):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     try:
+        honour_umask(tmp)
         with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as f:
             yield f
         os.replace(tmp, path)

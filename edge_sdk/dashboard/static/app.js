@@ -6,7 +6,11 @@ async function loadData() {
   const inline = document.getElementById("edge-data");
   if (inline) return JSON.parse(inline.textContent);
   const resp = await fetch("api/data", { cache: "no-store" });
-  if (!resp.ok) throw new Error(`api/data: HTTP ${resp.status}`);
+  if (!resp.ok) {
+    // The server answers a store it cannot read with 500 and {"error": "..."}: show that reason.
+    const body = await resp.json().catch(() => null);
+    throw new Error(`api/data: HTTP ${resp.status}` + (body && body.error ? `: ${body.error}` : ""));
+  }
   return resp.json();
 }
 
