@@ -13,7 +13,7 @@ from edge_sdk.quant import bitserial as bs, glue as g
 from edge_sdk.targets import get_target
 
 tvm = pytest.importorskip("tvm")
-from edge_sdk.compiler.bitserial import kernels as ops  # noqa: E402
+from edge_sdk.compiler.bitserial import kernels as ops, schedule  # noqa: E402
 
 HOST = get_target("host")
 RNG = np.random.default_rng(11)
@@ -59,8 +59,8 @@ IDS = [f"a{c[0]}w{c[1]}-{c[4]}x{c[5]}k{c[6]}s{c[7]}-{c[8]}-{'int32' if c[9] is N
 def host_schedule(request, monkeypatch):
     """The host's schedule with and without chunked activation loads (pi3's choice), so both code
     paths run natively here."""
-    cfg = dataclasses.replace(ops.SCHEDULES[HOST.arch], chunk_loads=request.param)
-    monkeypatch.setitem(ops.SCHEDULES, HOST.arch, cfg)
+    cfg = dataclasses.replace(schedule.SCHEDULES[HOST.arch], chunk_loads=request.param)
+    monkeypatch.setitem(schedule.SCHEDULES, HOST.arch, cfg)
     return cfg
 
 

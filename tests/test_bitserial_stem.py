@@ -131,7 +131,7 @@ def _compile_stem(net, target, out, simd=None):
     from tvm import relax
 
     from edge_sdk.compiler.lower import compile_relax
-    from edge_sdk.compiler.bitserial.kernels import network_word
+    from edge_sdk.compiler.bitserial.schedule import network_word
     from edge_sdk.compiler.bitserial.stem import emit_int8_stem
     from edge_sdk.compiler.ops.common import simd_of
 

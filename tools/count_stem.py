@@ -14,19 +14,18 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def stem_module(net, *, arch: str, glue: str, upto: str | None = None):
+def stem_module(net, target, *, glue: str, upto: str | None = None):
     """The stem as emitted into a network; upto="quantize"|"conv1": the integer stem's module cut after
     that kernel (the binding names of bitserial/stem.emit_int8_stem), to split the count."""
     from tvm import relax
 
     from edge_sdk.compiler.bitserial.graph import _Emitter
 
-    em = _Emitter(net, arch=arch, glue=glue)
+    em = _Emitter(net, target, glue=glue)
     x = relax.Var("input", relax.TensorType(net.input_shape, "float32"))
     with em.bb.function("main", [x]):
         with em.bb.dataflow():
@@ -60,7 +59,7 @@ def count(stem: str, *, glue: str, ab: int, resolution: int, alpha: float, upto:
 
     pi3 = get_target("pi3")
     net = binarized_resnet18(alpha=alpha, resolution=resolution, classes=10, a_bits=ab, w_bits=1, stem=stem)
-    ex, params = compile_relax(stem_module(net, arch="aarch64", glue=glue, upto=upto), pi3)
+    ex, params = compile_relax(stem_module(net, pi3, glue=glue, upto=upto), pi3)
     with tempfile.TemporaryDirectory(prefix="count-stem-") as tmp:
         lib, pfile = Path(tmp) / "m.so", Path(tmp) / "params.bin"
         ex.export_library(str(lib), fcompile=pi3.compiler())

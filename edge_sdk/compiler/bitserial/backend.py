@@ -29,13 +29,10 @@ def compile_binarized(net, target, *, glue: str = "fused", output: str = "scores
     from edge_sdk.compiler.bitserial.graph import emit_network
     from edge_sdk.compiler.layers import layer_table
     from edge_sdk.compiler.lower import compile_relax
-    from edge_sdk.compiler.bitserial.kernels import network_word
-
-    from edge_sdk.compiler.ops.common import simd_of
+    from edge_sdk.compiler.bitserial.schedule import network_word
 
     aux: dict = {}
-    mod, names = emit_network(net, arch=target.arch, glue=glue, output=output, simd=simd_of(target.tvm_target()),
-                              aux_rows=aux)
+    mod, names = emit_network(net, target, glue=glue, output=output, aux_rows=aux)
     rows = layer_rows(net, layer_table(mod), names, glue=glue, word=network_word(target.arch), aux_rows=aux)
     sites: list = []
     ex, params = compile_relax(mod, target, progress=progress, kernel_sites=sites)

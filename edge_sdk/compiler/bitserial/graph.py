@@ -1,6 +1,6 @@
 """A BinarizedNet as a Relax module: float stem/head as high-level ops, binary layers as call_tir.
 
-    emit_network(net, arch=..., glue="fused"|"unfused", output="scores"|"codes"|"both") -> (IRModule, names)
+    emit_network(net, target, glue="fused"|"unfused", output="scores"|"codes"|"both") -> (IRModule, names)
 
 "codes" returns the last binary layer's int32 codes (N, H, W, C) instead of the scores, "both" a tuple
 (codes, scores): what tests compare exactly against the reference (packages return "scores").
@@ -25,26 +25,28 @@ from __future__ import annotations
 import numpy as np
 
 from edge_sdk.compiler.bitserial import io, kernels as ops
+from edge_sdk.compiler.bitserial.schedule import network_word
 from edge_sdk.errors import CompileError
 from edge_sdk.models.binarized import DwPw
 from edge_sdk.quant.bitserial import pack_conv_weights
 
 
-
 class _Emitter:
-    def __init__(self, net, *, arch: str, glue: str, simd=None):
+    def __init__(self, net, target, *, glue: str):
         from tvm import relax
+
+        from edge_sdk.compiler.ops.common import simd_of
 
         if glue not in ("fused", "unfused"):
             raise CompileError(f"bitserial network: glue '{glue}' is not 'fused' or 'unfused'")
-        self.relax, self.net, self.arch, self.glue = relax, net, arch, glue
-        self.word = ops.network_word(arch)  # packing word of weights, activations and outputs
+        self.relax, self.net, self.arch, self.glue = relax, net, target.arch, glue
+        self.word = network_word(target.arch)  # packing word of weights, activations and outputs
         self.bb = relax.BlockBuilder()
         self.funcs: dict = {}
         self.qmax = (1 << net.a_bits) - 1
         self.names: dict[str, str] = {}  # binding name -> binary conv name, for the layer table
         self.aux_rows: dict[str, dict] = {}  # binding name -> layer-table row fields (the integer stem)
-        self.simd = simd
+        self.simd = simd_of(target.tvm_target())  # the integer stem's vector ISA, from the target's LLVM row
 
     def const(self, arr, dtype=None):
         import tvm
@@ -127,15 +129,9 @@ class _Emitter:
         first shortcut (unfused), or dequantized values (MobileNet's first depthwise)."""
         from edge_sdk.compiler.bitserial.stem import emit_int8_stem
 
-        simd = self.simd
-        if simd is None:
-            from edge_sdk.compiler.ops.common import Simd, simd_of
-            from edge_sdk.targets import get_target
-
-            simd = Simd("neon", 4, 32) if self.arch == "aarch64" else simd_of(get_target("host").tvm_target())
         mobilenet = isinstance(self.net.blocks[0], DwPw)
         out = "values" if mobilenet else "packed" if self.glue == "fused" else "codes"
-        v, rows = emit_int8_stem(self.bb, x, self.net, simd=simd, word=self.word, out=out)
+        v, rows = emit_int8_stem(self.bb, x, self.net, simd=self.simd, word=self.word, out=out)
         self.aux_rows.update(rows)
         if mobilenet:
             return None, v
@@ -225,14 +221,13 @@ class _Emitter:
         return self.bb.emit(self.relax.Tuple([codes, scores])) if output == "both" else scores
 
 
-def emit_network(net, *, arch: str, glue: str = "fused", output: str = "scores", simd=None, aux_rows=None):
-    """The Relax module of `net` (see module docstring) and {binding name: binary conv name}.
-
-    simd: the integer stem's vector ISA (ops.common.simd_of of the target; default from arch).
+def emit_network(net, target, *, glue: str = "fused", output: str = "scores", aux_rows=None):
+    """The Relax module of `net` for an edge_sdk Target (see module docstring) and {binding name: binary
+    conv name}. The target gives the kernels' schedules (its arch) and the integer stem's SIMD (its LLVM row).
     aux_rows, when given, receives {binding name: layer-table row fields} of the integer stem."""
     if output not in ("scores", "codes", "both"):
         raise CompileError(f"bitserial network: output '{output}' is not 'scores', 'codes' or 'both'")
-    em = _Emitter(net, arch=arch, glue=glue, simd=simd)
+    em = _Emitter(net, target, glue=glue)
     relax = em.relax
     x = relax.Var("input", relax.TensorType(net.input_shape, "float32"))
     with em.bb.function("main", [x]):

@@ -35,50 +35,51 @@ def acc_dtype(*, word: str, taps: int, words: int) -> str:
     return "uint16" if wb <= 16 and taps * words * wb < (1 << 16) else "uint32"
 
 
-def unipolar_conv(src, wgt, *, batch: int, oh: int, ow: int, filters: int, kernel: int, stride: int,
-                  cw: int, a_bits: int, w_bits: int, word: str):
-    """The int32 conv tensor (n, oh, ow, filters) from the zero-padded packed input `src`."""
+def _plane_popcounts(src, wgt, s, acc: str):
+    """popc (N, OH, OW, A, B, O): popcount(a & w) per bit-plane pair, summed over the taps and words
+    in `acc`; uint8 words are counted in uint8 over chunks of <= 31 words (<= 8 each), widened per chunk."""
     from tvm import te, tirx
 
-    acc = acc_dtype(word=word, taps=kernel * kernel, words=cw)
-
-    def axes():
-        return [te.reduce_axis((0, kernel), "ry"), te.reduce_axis((0, kernel), "rx"), te.reduce_axis((0, cw), "rc")]
-
-    r1 = axes()
-    if word == "uint8":  # byte counts summed in uint8 over chunks of <= 31 words (<= 8 each), widened per chunk
-        chunk = max(d for d in range(1, min(cw, 31) + 1) if cw % d == 0)
-        rci = te.reduce_axis((0, chunk), "rci")
-        popc8 = te.compute(
-            (batch, oh, ow, kernel, kernel, cw // chunk, a_bits, w_bits, filters),
-            lambda n, y, x, ky, kx, co, i, j, f: te.sum(tirx.popcount(
-                src[n, y * stride + ky, x * stride + kx, co * chunk + rci, i]
-                & wgt[ky, kx, co * chunk + rci, j, f]).astype("uint8"), axis=rci),
-            name="popc8")
-        r1[2] = te.reduce_axis((0, cw // chunk), "rc")
-        popc = te.compute(
-            (batch, oh, ow, a_bits, w_bits, filters),
-            lambda n, y, x, i, j, f: te.sum(popc8[n, y, x, r1[0], r1[1], r1[2], i, j, f].astype(acc), axis=r1),
+    (oh, ow), k, cw, st = s.out_hw, s.kernel, s.cw, s.stride
+    shape = (s.batch, oh, ow, s.a_bits, s.w_bits, s.filters)  # channels innermost: the vector lanes are contiguous
+    r = [te.reduce_axis((0, k), "ry"), te.reduce_axis((0, k), "rx"), te.reduce_axis((0, cw), "rc")]
+    if s.word != "uint8":
+        return te.compute(shape, lambda n, y, x, i, j, f: te.sum(tirx.popcount(
+            src[n, y * st + r[0], x * st + r[1], r[2], i] & wgt[r[0], r[1], r[2], j, f]).astype(acc), axis=r),
             name="popc")
-    else:
-        popc = te.compute(
-            (batch, oh, ow, a_bits, w_bits, filters),  # channels innermost: the vector lanes are contiguous
-            lambda n, y, x, i, j, f: te.sum(tirx.popcount(
-                src[n, y * stride + r1[0], x * stride + r1[1], r1[2], i] & wgt[r1[0], r1[1], r1[2], j, f]).astype(acc),
-                axis=r1),
-            name="popc")
-    rw = te.reduce_axis((0, cw), "rw")  # popcount(a) per input pixel once, then a KxK box sum of it
+    chunk = max(d for d in range(1, min(cw, 31) + 1) if cw % d == 0)
+    rci = te.reduce_axis((0, chunk), "rci")
+    popc8 = te.compute(
+        (s.batch, oh, ow, k, k, cw // chunk, s.a_bits, s.w_bits, s.filters),
+        lambda n, y, x, ky, kx, co, i, j, f: te.sum(tirx.popcount(
+            src[n, y * st + ky, x * st + kx, co * chunk + rci, i]
+            & wgt[ky, kx, co * chunk + rci, j, f]).astype("uint8"), axis=rci),
+        name="popc8")
+    r[2] = te.reduce_axis((0, cw // chunk), "rc")
+    return te.compute(shape, lambda n, y, x, i, j, f: te.sum(
+        popc8[n, y, x, r[0], r[1], r[2], i, j, f].astype(acc), axis=r), name="popc")
+
+
+def unipolar_conv(src, wgt, s):
+    """The int32 conv tensor (n, oh, ow, filters) from the zero-padded packed input `src`, for a
+    kernels.ConvSpec `s`: 2 * sum_ij popc(a_i & w_j) << (i+j) - popcount(a) * (2^B - 1)."""
+    from tvm import te, tirx
+
+    (oh, ow), k, a_bits, w_bits = s.out_hw, s.kernel, s.a_bits, s.w_bits
+    acc = acc_dtype(word=s.word, taps=k * k, words=s.cw)
+    popc = _plane_popcounts(src, wgt, s, acc)
+    rw = te.reduce_axis((0, s.cw), "rw")  # popcount(a) per input pixel once, then a KxK box sum of it
     pcnt = te.compute(tuple(int(d) for d in src.shape[:3]) + (a_bits,),
                       lambda n, y, x, i: te.sum(tirx.popcount(src[n, y, x, rw, i]).astype("int32"), axis=rw),
                       name="pcnt")
-    r2 = axes()[:2]
+    r2 = [te.reduce_axis((0, k), "ry"), te.reduce_axis((0, k), "rx")]
     apop = te.compute(
-        (batch, oh, ow, a_bits),
-        lambda n, y, x, i: te.sum(pcnt[n, y * stride + r2[0], x * stride + r2[1], i], axis=r2), name="apop")
+        (s.batch, oh, ow, a_bits),
+        lambda n, y, x, i: te.sum(pcnt[n, y * s.stride + r2[0], x * s.stride + r2[1], i], axis=r2), name="apop")
 
     # sum_ij popc << (i+j) fits the narrow accumulator when its bound does: combine there (one shift-add
     # per plane pair on 8 lanes a vector), widen once, and subtract the per-pixel apop term as one scalar
-    bound = kernel * kernel * cw * WORD_BITS[word] * ((1 << a_bits) - 1) * ((1 << w_bits) - 1)
+    bound = k * k * s.cw * WORD_BITS[s.word] * ((1 << a_bits) - 1) * ((1 << w_bits) - 1)
     if acc == "uint16" and bound < (1 << 16):
         def combine(n, y, x, f):
             p = sum((popc[n, y, x, i, j, f] << tirx.const(i + j, acc) if i + j else popc[n, y, x, i, j, f])
@@ -86,7 +87,7 @@ def unipolar_conv(src, wgt, *, batch: int, oh: int, ow: int, filters: int, kerne
             a = sum((apop[n, y, x, i] << i if i else apop[n, y, x, i]) for i in range(a_bits))
             return 2 * p.astype("int32") - a * ((1 << w_bits) - 1)
 
-        return te.compute((batch, oh, ow, filters), combine, name="conv")
+        return te.compute((s.batch, oh, ow, s.filters), combine, name="conv")
 
     def combine(n, y, x, f):
         total = None
@@ -97,7 +98,7 @@ def unipolar_conv(src, wgt, *, batch: int, oh: int, ow: int, filters: int, kerne
                 total = t if total is None else total + t
         return total
 
-    return te.compute((batch, oh, ow, filters), combine, name="conv")
+    return te.compute((s.batch, oh, ow, s.filters), combine, name="conv")
 
 
 def pack_planes(q, *, bits: int, word: str):

@@ -17,6 +17,8 @@ Numerics are quant/bitserial_net_ref.py's (stem_codes), the model's are models/b
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from edge_sdk.errors import CompileError
@@ -130,61 +132,55 @@ def conv_rows_gemm(xp_shape, w_hwio: np.ndarray, bias, rq, *, stride: int, out_h
     return finish(sch, name), consts, (m, npad)
 
 
-def pool_out_prim_func(codes_shape, *, grid, channels: int, pool: int, stride: int, pad, bits: int, word: str,
-                       out: str, step: float, name: str):
-    """int8 codes -> max pool (pool 0: none) -> packed words / int32 codes / float32 values.
+@dataclass(frozen=True)
+class StemOut:
+    """What the stem's pool kernel writes: "packed" (`bits` planes of `word`s), "codes" (int32) or
+    "values" (float32 code * step)."""
 
-    codes_shape: (M, Cpad) of the GEMM (rows = pixels of grid (N, H, W)) or (N, H, W, C).
-    """
-    from tvm import s_tir, te, tirx
+    out: str
+    bits: int
+    word: str
+    step: float
 
-    from edge_sdk.compiler.bitserial.kernels import bitpack
-    from edge_sdk.compiler.ops.common import finish
+
+def _pooled(x, stem, *, grid, channels: int):
+    """max pool (stem.pool 0: none) of the int8 codes x: (M, Cpad) GEMM rows of grid (N, H, W), or NHWC."""
+    from tvm import te, tirx
 
     n, h, w = grid
-    x = te.placeholder(tuple(codes_shape), "int8", name="codes")
-    flat = len(codes_shape) == 2
+    flat = len(x.shape) == 2
     at = (lambda a, y, z, c: x[(a * h + y) * w + z, c]) if flat else (lambda a, y, z, c: x[a, y, z, c])  # noqa: E731
-    if pool:
-        t, l, b, r = pad
-        oh, ow = (h + t + b - pool) // stride + 1, (w + l + r - pool) // stride + 1
+    if not stem.pool:
+        return te.compute((n, h, w, channels), lambda a, y, z, c: at(a, y, z, c), name="pool")
+    pool, stride, (t, l, b, r) = stem.pool, stem.pool_stride, stem.pool_pad
+    oh, ow = (h + t + b - pool) // stride + 1, (w + l + r - pool) // stride + 1
 
-        def tap(a, y, z, c, ry, rx):  # a padded tap reads 0: codes are >= 0 and every window has a real pixel
-            yy, xx = y * stride + ry - t, z * stride + rx - l
-            conds = [v for v, need in ((yy >= 0, t), (yy < h, b), (xx >= 0, l), (xx < w, r)) if need]
-            v = at(a, yy, xx, c)
-            return tirx.if_then_else(tirx.all(*conds), v, tirx.const(0, "int8")) if conds else v
+    def tap(a, y, z, c, ry, rx):  # a padded tap reads 0: codes are >= 0 and every window has a real pixel
+        yy, xx = y * stride + ry - t, z * stride + rx - l
+        conds = [v for v, need in ((yy >= 0, t), (yy < h, b), (xx >= 0, l), (xx < w, r)) if need]
+        v = at(a, yy, xx, c)
+        return tirx.if_then_else(tirx.all(*conds), v, tirx.const(0, "int8")) if conds else v
 
-        def window(a, y, z, c):  # the taps unrolled: a spatial block, vectorized over channels
-            v = tap(a, y, z, c, 0, 0)
-            for ry in range(pool):
-                for rx in range(pool):
-                    if ry or rx:
-                        v = tirx.max(v, tap(a, y, z, c, ry, rx))
-            return v
+    def window(a, y, z, c):  # the taps unrolled: a spatial block, vectorized over channels
+        v = tap(a, y, z, c, 0, 0)
+        for ry in range(pool):
+            for rx in range(pool):
+                if ry or rx:
+                    v = tirx.max(v, tap(a, y, z, c, ry, rx))
+        return v
 
-        pooled = te.compute((n, oh, ow, channels), window, name="pool")
-    else:
-        oh, ow = h, w
-        pooled = te.compute((n, oh, ow, channels), lambda a, y, z, c: at(a, y, z, c), name="pool")
-    if out == "packed":
-        codes32 = te.compute(pooled.shape, lambda *i: pooled(*i).astype("int32"), name="widen")
-        res = bitpack(codes32, bits=bits, word=word, name="pack")
-    elif out == "codes":
-        res = te.compute(pooled.shape, lambda *i: pooled(*i).astype("int32"), name="widen")
-    elif out == "values":
-        res = te.compute(pooled.shape, lambda *i: pooled(*i).astype("float32") * tirx.const(step, "float32"),
-                         name="widen")
-    else:
-        raise CompileError(f"integer stem: output '{out}' is not 'packed', 'codes' or 'values'")
-    sch = s_tir.Schedule(te.create_prim_func([x, res]))
+    return te.compute((n, oh, ow, channels), window, name="pool")
+
+
+def _schedule_pool_out(sch, res, *, packed: bool, channels: int) -> None:
+    """Rows in parallel; the pool (and the widen of a packed output) per row, vectorized over channels."""
     last = sch.get_sblock(res.op.name)
     la, ly, *_ = sch.get_loops(last)
     row = sch.fuse(la, ly)
     sch.parallel(row)
     lanes = 16 if channels % 16 == 0 else 8 if channels % 8 == 0 else 1
     pb = sch.get_sblock("pool")
-    if out == "packed":
+    if packed:
         wb = sch.get_sblock("widen")
         sch.compute_at(wb, row)
         sch.compute_at(pb, row)
@@ -198,7 +194,32 @@ def pool_out_prim_func(codes_shape, *, grid, channels: int, pool: int, stride: i
             sch.vectorize(sch.split(lc, [None, lanes])[1])
     if lanes > 1:
         sch.vectorize(sch.split(sch.get_loops(pb)[-1], [None, lanes])[1])
-    return finish(sch, name), (n, oh, ow, channels)
+
+
+def pool_out_prim_func(codes_shape, stem, dest: StemOut, *, grid, channels: int, name: str):
+    """int8 codes -> max pool (stem.pool, pool_stride, pool_pad; pool 0: none) -> what `dest` says.
+
+    codes_shape: (M, Cpad) of the GEMM (rows = pixels of grid (N, H, W)) or (N, H, W, C).
+    """
+    from tvm import s_tir, te, tirx
+
+    from edge_sdk.compiler.bitserial.kernels import bitpack
+    from edge_sdk.compiler.ops.common import finish
+
+    x = te.placeholder(tuple(codes_shape), "int8", name="codes")
+    pooled = _pooled(x, stem, grid=grid, channels=channels)
+    if dest.out in ("packed", "codes"):
+        res = te.compute(pooled.shape, lambda *i: pooled(*i).astype("int32"), name="widen")
+        if dest.out == "packed":
+            res = bitpack(res, bits=dest.bits, word=dest.word, name="pack")
+    elif dest.out == "values":
+        res = te.compute(pooled.shape, lambda *i: pooled(*i).astype("float32") * tirx.const(dest.step, "float32"),
+                         name="widen")
+    else:
+        raise CompileError(f"integer stem: output '{dest.out}' is not 'packed', 'codes' or 'values'")
+    sch = s_tir.Schedule(te.create_prim_func([x, res]))
+    _schedule_pool_out(sch, res, packed=dest.out == "packed", channels=channels)
+    return finish(sch, name), tuple(int(d) for d in pooled.shape)
 
 
 def emit_int8_stem(bb, x, net, *, simd, word: str, out: str = "packed"):
@@ -241,9 +262,8 @@ def emit_int8_stem(bb, x, net, *, simd, word: str, out: str = "packed"):
                                    relax.TensorType(out_shape, "int8")), name_hint="conv1")
     rows[codes.name] = {"op": "conv2d", "flops": 2 * oh * ow * co * kh * kw * ci * in_shape[0],
                         "epilogue": ["bias", "requantize", "relu"], "precision": "int8"}
-    func, shape = pool_out_prim_func(out_shape, grid=(in_shape[0], oh, ow), channels=co, pool=s.pool,
-                                     stride=s.pool_stride, pad=s.pool_pad, bits=net.a_bits, word=word, out=out,
-                                     step=net.step, name="edge_stem_pool_pack")
+    func, shape = pool_out_prim_func(out_shape, s, StemOut(out, net.a_bits, word, net.step),
+                                     grid=(in_shape[0], oh, ow), channels=co, name="edge_stem_pool_pack")
     if out == "packed":
         ty = relax.TensorType((*shape[:3], -(-co // WORD_BITS[word]), net.a_bits), word)
     else:
