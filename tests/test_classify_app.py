@@ -104,13 +104,26 @@ def test_unknown_source_and_missing_opencv_are_named(tmp_path):
 
 # ---- preprocessing ----------------------------------------------------------------------------
 
-def test_preprocess_matches_the_sdk_and_int8_quantizes_like_tflite():
-    from edge_sdk.quant.int8 import quantize as ref_quantize
+@pytest.fixture
+def bundle_on_path(runtime, monkeypatch):
+    """The runtime bundle on sys.path, as classify.run puts it (edge_sdk_runtime.preprocess importable)."""
+    monkeypatch.syspath_prepend(str(runtime / "python"))
+    monkeypatch.syspath_prepend(str(runtime))
+    return runtime
 
+
+def test_preprocess_is_the_bundles_copy_of_the_sdk_module_and_int8_quantizes_like_tflite(bundle_on_path):
+    from edge_sdk.quant.int8 import quantize as ref_quantize
+    from edge_sdk.runtime import preprocess as sdk_pp
+
+    pp = classify._pp()
+    assert Path(pp.__file__).resolve().is_relative_to(bundle_on_path.resolve())
+    assert Path(pp.__file__).read_bytes() == Path(sdk_pp.__file__).read_bytes()  # one module, shipped as is
     rgb = np.random.default_rng(2).integers(0, 256, (50, 70, 3), dtype=np.uint8)
-    pre = Preprocess(24, 32, (127.5,) * 3, (127.5,) * 3)
+    pre = Preprocess(24, 32, (127.5,) * 3, (127.5,) * 3, "BGR", "bilinear", 0.875)
     x = classify.preprocess(rgb, pre.to_json(), "NHWC")
     np.testing.assert_array_equal(x, pre.apply(rgb))
+    np.testing.assert_array_equal(x, Preprocess(24, 32, crop=0.875).apply(rgb)[..., ::-1])  # BGR honoured
     np.testing.assert_array_equal(classify.preprocess(rgb, pre.to_json(), "NCHW"), x.transpose(0, 3, 1, 2))
     q = {"scale": 0.0078125, "zero_point": -1}
     np.testing.assert_array_equal(classify.quantize(x, q, "int8"), ref_quantize(x, q["scale"], q["zero_point"]))
@@ -118,7 +131,7 @@ def test_preprocess_matches_the_sdk_and_int8_quantizes_like_tflite():
     np.testing.assert_array_equal(classify.quantize(halves, {"scale": 1.0, "zero_point": 0}, "int8"), [1, -1, 2, -3])
 
 
-def test_equal_input_specs_share_one_preprocessing(monkeypatch):
+def test_equal_input_specs_share_one_preprocessing(monkeypatch, bundle_on_path):
     class V:
         def __init__(self, name, dtype="float32", quant=None, size=(16, 16)):
             self.name = name

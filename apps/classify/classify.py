@@ -5,9 +5,9 @@
 
 Runs where deploy installed the model (~/.edge-sdk/models/<model>-<variant>/current) with the
 runtime bundle's Python loader (~/.edge-sdk/runtime/current): python3 + numpy, no compiler, no
-edge_sdk. Each variant's VM is loaded once. Per frame, preprocessing (resize, mean/std, layout
-and, for int8 inputs, quantization, all from each package's manifest) runs once per distinct input
-spec and is shared; every variant classifies the same frame. It prints top-k and latency per
+edge_sdk. Each variant's VM is loaded once. Per frame, preprocessing (the bundle's preprocess.py: crop,
+resize, mean/std, channel order, layout and, for int8 inputs, quantization, all from each package's
+manifest) runs once per distinct input spec and is shared; every variant classifies the same frame. It prints top-k and latency per
 variant and writes one JSON line per (frame, variant): latency, top-k, agreement with float32.
 """
 from __future__ import annotations
@@ -59,31 +59,34 @@ def installed(models_dir: Path, model: str) -> dict[str, Path]:
     return found
 
 
+def _pp():
+    """The runtime bundle's preprocessing (edge_sdk_runtime/preprocess.py, the SDK's own module), so a frame
+    becomes exactly the input the host computes for the same image: crop, resize, mean/std, channel order,
+    layout, quantization, all from the package manifest."""
+    try:
+        from edge_sdk_runtime import preprocess as pp
+    except ImportError as e:
+        raise AppError(f"the runtime bundle has no edge_sdk_runtime/preprocess.py ({e}): deploy again to "
+                       "install a current runtime (--runtime names the bundle folder)") from e
+    return pp
+
+
 def preprocess(rgb: np.ndarray, pre: dict, layout: str) -> np.ndarray:
-    """Nearest resize to the manifest's size, channel order, (x - mean) / std, NHWC or NCHW float32."""
-    h, w = rgb.shape[:2]
-    oh, ow = pre["resize"]
-    rows = (np.arange(oh) * h // oh).clip(0, h - 1)
-    cols = (np.arange(ow) * w // ow).clip(0, w - 1)
-    img = rgb[rows][:, cols, :3]
-    if pre.get("channel_order", "RGB") == "BGR":
-        img = img[..., ::-1]
-    x = (img.astype(np.float32) - np.asarray(pre["mean"], np.float32)) / np.asarray(pre["std"], np.float32)
-    return np.ascontiguousarray(x[None].transpose(0, 3, 1, 2) if layout == "NCHW" else x[None])
+    """The manifest's preprocessing of one RGB frame -> (1, H, W, 3) or (1, 3, H, W) float32."""
+    pp = _pp()
+    try:
+        return pp.Preprocess.from_json(pre).apply(rgb, layout=layout)
+    except pp.PreprocessError as e:
+        raise AppError(str(e)) from e
 
 
 def quantize(x: np.ndarray, q: dict | None, dtype: str) -> np.ndarray:
-    """r = S (q - Z)  =>  q = clip(round(r / S) + Z), dividing in float32 and rounding half away
-    from zero, as TFLite's QUANTIZE does; float inputs pass through."""
-    if dtype == "float32":
-        return x
-    if not q:
-        raise AppError(f"the input is {dtype} but the manifest has no input quantization")
-    r = x.astype(np.float32) / np.float32(q["scale"])
-    t = np.trunc(r)
-    r = t + np.where(np.abs(r - t) >= 0.5, np.sign(r), 0)
-    info = np.iinfo(dtype)
-    return np.clip(r.astype(np.int64) + int(q["zero_point"]), info.min, info.max).astype(dtype)
+    """Integer inputs: TFLite's QUANTIZE (round half away from zero); float inputs pass through."""
+    pp = _pp()
+    try:
+        return pp.quantize(x, q, dtype)
+    except pp.PreprocessError as e:
+        raise AppError(str(e)) from e
 
 
 def prepare_inputs(rgb: np.ndarray, variants: list[Variant]) -> dict[str, np.ndarray]:
@@ -142,7 +145,7 @@ def _classify(args, out, load) -> dict[str, deque]:
                 scores = v.model.run(inputs[v.name])
                 ms = (time.perf_counter() - t0) * 1e3
                 top = v.top_k(scores, args.top_k)
-                if v.name == "float32":
+                if v.name == args.baseline:
                     float_top1 = top[0]["class"]
                 rows.append({"frame": i, "source": frame, "variant": v.name, "latency_ms": round(ms, 3),
                              "top_k": top})
@@ -170,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-frames", type=int, help="stop after N frames (default: until the source ends)")
     ap.add_argument("--threads", type=int, default=1, help="TVM threads per variant (default 1)")
     ap.add_argument("--top-k", type=int, default=5)
+    ap.add_argument("--baseline", default="float32", help="the variant agrees_with_float compares with "
+                    "(edge_sdk.variants.BASELINE; edge-sdk demo passes it)")
     ap.add_argument("--out", help="JSON lines file (one line per frame and variant); '-' for stdout")
     ap.add_argument("--quiet", action="store_true", help="no per-frame text")
     ap.add_argument("--models", type=Path, default=HOME / "models")

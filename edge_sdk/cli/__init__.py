@@ -16,8 +16,8 @@ from edge_sdk.errors import EdgeError
 # The command table, in `edge-sdk --help` order: each name is a module edge_sdk/cli/<name>.py with
 # add_<name>_parser(sub). Importing the modules sets edge_sdk.cli.list, .compile, ... on this package,
 # so this file must not use the builtins of those names.
-COMMANDS: tuple[str, ...] = ("compile", "inspect", "run", "list", "bench", "deploy", "fleet", "demo", "results",
-                             "dashboard", "tune")
+COMMANDS: tuple[str, ...] = ("compile", "inspect", "run", "eval", "list", "bench", "deploy", "fleet", "demo",
+                             "results", "dashboard", "tune")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edge_sdk.cli.common import add_model_options, console, load_model, print_json
+from edge_sdk.cli.preprocessing import add_preprocess_options, apply_preprocess_options
 from edge_sdk.errors import UsageError
 
 
@@ -20,6 +21,7 @@ def add_compile_parser(sub) -> None:
                    help="also apply the tuning records under DIR/<target>/ (searched before the user's "
                    "~/.local/share/edge-sdk/tuning and the shipped ones; float32 only; repeatable)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_preprocess_options(p)
     p.set_defaults(drive=drive_compile)
 
 
@@ -40,6 +42,7 @@ def drive_compile(args) -> int:
     out = console()
     with out.status(f"loading {args.model}") as status:
         model = load_model(args, family=variant.family)
+        apply_preprocess_options(args, model, warn=lambda text: out.print(f"[yellow]warning:[/] {text}", highlight=False, soft_wrap=True))
         if args.calibrate is not None:
             model.options["calibrate"] = str(args.calibrate)
 

@@ -7,33 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class Preprocess:
-    """How a camera frame becomes the model input: resize to (height, width), then (x - mean) / std.
-
-    For int8 inputs the result is then quantized with the input's scale and zero point.
-    """
-
-    height: int
-    width: int
-    mean: tuple[float, float, float] = (127.5, 127.5, 127.5)
-    std: tuple[float, float, float] = (127.5, 127.5, 127.5)
-    channel_order: str = "RGB"
-
-    def to_json(self) -> dict:
-        return {"resize": [self.height, self.width], "mean": list(self.mean), "std": list(self.std),
-                "channel_order": self.channel_order}
-
-    def apply(self, image_hwc_uint8: np.ndarray) -> np.ndarray:
-        """Resize (nearest, numpy only: this also runs on the device) and normalise to NHWC float32."""
-        img = np.asarray(image_hwc_uint8)
-        h, w = img.shape[:2]
-        rows = (np.arange(self.height) * h // self.height).clip(0, h - 1)
-        cols = (np.arange(self.width) * w // self.width).clip(0, w - 1)
-        img = img[rows][:, cols, :3].astype(np.float32)
-        out = (img - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
-        return out[None]
+from edge_sdk.runtime.preprocess import Preprocess  # noqa: F401 - the one preprocessing (resize, crop, mean/std, ...)
 
 
 def model_name(path: Path) -> str:

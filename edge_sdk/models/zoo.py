@@ -207,6 +207,10 @@ def _resnet18(net: _Net, x, *, alpha: float, classes: int):
 # name: (builder, defaults, (mean, std), fc_gain). fc_gain scales the random classifier so the logits of a
 # random model have a std of about 2 (measured at 224: 0.13 / 0.25 / 5.8 with gain 1); otherwise MobileNet's
 # softmax over 1000 classes is flat, below one int8 output step (1/256), and int8 top-1 means nothing.
+# How the zoo's architectures are trained on ImageNet and evaluated (Keras / TF-slim): bilinear resize of the
+# central 87.5 % (224 of 256); x = (pixel - mean) / std from the table. compile --resize/--crop/--mean/--std
+# override them for weights trained otherwise (the digits: edge_sdk/evaluation/samples.py DIGITS_PREPROCESS).
+TRAINING_RESIZE = ("bilinear", 0.875)
 ZOO = {
     "mobilenet_v1": (_mobilenet_v1, {"alpha": 1.0, "resolution": 224}, (127.5, 127.5), 32.0),
     "mobilenet_v2": (_mobilenet_v2, {"alpha": 1.0, "resolution": 224}, (127.5, 127.5), 8.0),
@@ -239,5 +243,5 @@ def build_zoo_model(name: str, *, alpha: float | None = None, resolution: int | 
     src = f"zoo:{name}?alpha={alpha}&resolution={res}&classes={classes}"
     src += f"&weights={weights}" if weights else f"&seed={seed}"
     return Model(name=name, mod=mod, input_name="input", input_shape=(1, res, res, 3), input_dtype="float32",
-                 preprocess=Preprocess(res, res, (mean,) * 3, (std,) * 3), source=src,
+                 preprocess=Preprocess(res, res, (mean,) * 3, (std,) * 3, "RGB", *TRAINING_RESIZE), source=src,
                  options={"alpha": alpha, "resolution": res, "classes": classes})

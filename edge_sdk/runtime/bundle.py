@@ -5,7 +5,8 @@ Layout of a bundle directory (cached under $EDGE_SDK_CACHE/runtime/<version>-<ar
     bin/edge-runner            our C++ runner (runner.cc), rpath $ORIGIN/../lib
     lib/libtvm_runtime.so      from the apache-tvm wheel for <arch>
     lib/libtvm_ffi.so          from the apache-tvm-ffi wheel for <arch>
-    edge_sdk_runtime/          loader.py, so Python on the device can load models too
+    edge_sdk_runtime/          loader.py, so Python on the device can load models too; preprocess.py (image ->
+                               model input, as the host does it); eval_batch.py (the device half of eval)
     python/                    tvm_ffi (the cp311 wheel's Python part for <arch>, its core extension and
                                lib/libtvm_ffi_testing.so; libtvm_ffi.so is found in ../lib) and
                                typing_extensions.py: a device with python3 + numpy needs no pip
@@ -49,6 +50,7 @@ _SYSTEM_LIBS = frozenset({
 # Newest symbol versions bookworm provides (glibc 2.36, gcc 12).
 _SYSTEM_MAX = {"GLIBC": (2, 36), "GLIBCXX": (3, 4, 30), "CXXABI": (1, 3, 13)}
 _HERE = Path(__file__).resolve().parent
+_PY_MODULES = ("loader.py", "preprocess.py", "eval_batch.py")  # numpy + stdlib only: they run on the device
 _BUILD_REV = "4"  # bump when the build recipe below changes (4: edge-runner --kernel)
 
 
@@ -155,7 +157,7 @@ def _inputs_key(arch: str, cxx: str) -> str:
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
     for part in (_BUILD_REV, arch, TVM_VERSION, TVM_FFI_VERSION, version.splitlines()[0] if version else cxx):
         h.update(part.encode() + b"\0")
-    for name in ("runner.cc", "runner_profile.h", "runner_kernel.h", "loader.py"):
+    for name in ("runner.cc", "runner_profile.h", "runner_kernel.h", *_PY_MODULES):
         h.update((_HERE / name).read_bytes())
     h.update(_typing_extensions().read_bytes())
     return h.hexdigest()[:16]
@@ -176,7 +178,8 @@ def _build(root: Path, arch: str, cxx: str, key: str) -> dict:
     (root / "edge_sdk_runtime").mkdir()
     shutil.copy2(src / "tvm/lib/libtvm_runtime.so", root / "lib/libtvm_runtime.so")
     shutil.copy2(src / "tvm_ffi/lib/libtvm_ffi.so", root / "lib/libtvm_ffi.so")
-    shutil.copy2(_HERE / "loader.py", root / "edge_sdk_runtime/loader.py")
+    for name in _PY_MODULES:
+        shutil.copy2(_HERE / name, root / "edge_sdk_runtime" / name)
     (root / "edge_sdk_runtime/__init__.py").write_text(
         '"""edge-sdk device runtime: `from edge_sdk_runtime.loader import load`."""\n')
     _copy_python(src / "tvm_ffi", root / "python")
