@@ -26,6 +26,7 @@ import numpy as np
 from edge_sdk.errors import DeviceError, UsageError
 from edge_sdk.fleet.paths import CLASSIFY_APP as REMOTE_APP, DEMO_FRAMES as REMOTE_FRAMES, RESULTS as REMOTE_RESULTS
 from edge_sdk.stand_ins import device_image_module
+from edge_sdk.variants import BASELINE
 
 _REPO = Path(__file__).resolve().parent.parent
 APP_DIR = _REPO / "apps" / "classify"
@@ -56,7 +57,9 @@ def run_demo(*, model: str, alpha: float, resolution: int, classes: int, bitseri
     size = "full size" if (alpha, resolution) == (1.0, 224) else "reduced size: the Pi is emulated on this machine's cores"
     say(f"demo: {model} alpha {alpha}, {resolution}x{resolution}, {classes} classes ({size})")
     notes: list[str] = []
-    targets = ["pi3", *(["host"] if host else [])]
+    from edge_sdk.targets import stand_in_targets
+
+    targets = [t.name for t in stand_in_targets() if host or not t.is_host]
     pkgs = compile_variants(model=model, alpha=alpha, resolution=resolution, classes=classes, bitserial=bitserial,
                             targets=targets, out_dir=out_dir, say=say, notes=notes)
     rows = []
@@ -84,17 +87,17 @@ def compile_variants(*, model: str, alpha: float, resolution: int, classes: int,
     from edge_sdk.compiler.cache import cached_package
     from edge_sdk.models.zoo import build_zoo_model
     from edge_sdk.targets import get_target
-    from edge_sdk.variants import VARIANTS, get_variant
+    from edge_sdk.variants import VARIANTS, get_variant, names
 
-    if bitserial not in VARIANTS or VARIANTS[bitserial].family != "bitserial":
-        raise UsageError(f"--bitserial {bitserial}: not a bitserial variant "
-                         f"({', '.join(n for n, v in VARIANTS.items() if v.family == 'bitserial')})")
-    variants = ["float32"]
-    if VARIANTS["int8"].available:
-        variants.append("int8")
-    else:
-        notes.append("int8: not available in this version yet (edge_sdk.variants); skipped")
-        say(f"note: {notes[-1]}")
+    if bitserial not in names(family="bitserial"):
+        raise UsageError(f"--bitserial {bitserial}: not a bitserial variant ({', '.join(names(family='bitserial'))})")
+    variants = [BASELINE]
+    for name in names(family="int8"):
+        if VARIANTS[name].available:
+            variants.append(name)
+        else:
+            notes.append(f"{name}: not available in this version yet (edge_sdk.variants); skipped")
+            say(f"note: {notes[-1]}")
     variants.append(bitserial)
     zoo = build_zoo_model(model, alpha=alpha, resolution=resolution, classes=classes, seed=0)
     out: dict[str, list[Path]] = {t: [] for t in targets}
@@ -104,7 +107,7 @@ def compile_variants(*, model: str, alpha: float, resolution: int, classes: int,
             try:
                 pkg, cached = cached_package(zoo, get_variant(variant), get_target(target), folder=out_dir)
             except Exception as e:  # noqa: BLE001 - "use what compiles": the cause goes into the printed notes
-                if variant == "float32":
+                if variant == BASELINE:
                     raise
                 notes.append(f"{variant} for {target}: does not compile for {model} here "
                              f"({type(e).__name__}: {str(e).strip()[:300]}); skipped")
@@ -133,13 +136,17 @@ def write_sample_frames(folder: Path, *, n: int, size: tuple[int, int]) -> Path:
 # ---- devices ---------------------------------------------------------------------------------
 
 def start_device(target: str, *, stack: ExitStack, say):
-    """An emulated Pi for pi3 packages, a loopback sshd device for host ones; stopped by `stack`."""
+    """The target's stand-in device (targets.py): an emulated Pi for pi3 packages, a loopback sshd device for
+    host ones; stopped by `stack`."""
+    from edge_sdk.targets import get_target
+
+    tgt = get_target(target)
     if os.geteuid() != 0:
         raise DeviceError("the demo starts an emulated Pi and a loopback sshd, which need root",
                           hint="run it as root (tools/setup.sh sets the machine up)")
     root = tempfile.mkdtemp(prefix=f"edge-sdk-demo-{target}-")
-    if target == "pi3":
-        mod = device_image_module("emulated_pi")
+    mod = device_image_module(tgt.stand_in)
+    if tgt.stand_in == "emulated_pi":
         if not (mod.rootfs_dir() / ".edge-sdk-rootfs").exists():
             say("building the emulated Pi's arm64 root filesystem once (debootstrap, ~4 min)")
         try:
@@ -147,9 +154,8 @@ def start_device(target: str, *, stack: ExitStack, say):
             fleet = mod.EmulatedFleet.start(1, root, trust=True)
         except mod.EmulatedError as e:
             raise DeviceError(f"cannot start the emulated Pi: {e}") from None
-        kind = "emulated Pi 3 (arm64 Debian, qemu cortex-a53)"
+        kind = f"emulated Pi 3 (arm64 Debian, qemu {tgt.emulate_cpu})"
     else:
-        mod = device_image_module("loopback_fleet")
         try:
             t1 = time.monotonic()
             fleet = mod.LoopbackFleet.start(1, root, trust=True)
@@ -203,7 +209,8 @@ def run_on_device(fleet, *, kind: str, packages: list[Path], frames_dir: Path, f
             f"{', '.join(read_manifest(p)['variant'] for p in packages)}")
         t1 = time.monotonic()
         r = conn.run(["python3", posixpath.join(REMOTE_APP, "classify.py"), "--model", model, "--source", REMOTE_FRAMES,
-                      "--max-frames", str(frames), "--threads", str(threads), "--top-k", "5", "--out", remote_out],
+                      "--max-frames", str(frames), "--threads", str(threads), "--top-k", "5", "--out", remote_out,
+                      "--baseline", BASELINE],
                      check=False, timeout=3600)
         if r.exit_code != 0:
             raise DeviceError(f"device {device}: the classify app failed (exit {r.exit_code}): {r.stderr[-1500:]}")
@@ -266,7 +273,7 @@ def print_table(report: DemoReport, *, model: str, alpha: float, resolution: int
     for col in ("device", "target", "variant", "frames", "median ms", "p10-p90 ms", "speedup", "top-1 agrees",
                 "golden"):
         t.add_column(col, justify="right" if col not in ("device", "target", "variant") else "left")
-    floats = {(r["device"], r["target"]): r["median_ms"] for r in report.rows if r["variant"] == "float32"}
+    floats = {(r["device"], r["target"]): r["median_ms"] for r in report.rows if r["variant"] == BASELINE}
     for r in report.rows:
         base = floats.get((r["device"], r["target"]))
         speed = f"{base / r['median_ms']:.2f}x" if base and r["median_ms"] else "-"

@@ -123,7 +123,7 @@ def run_package(path: Path, *, input_path: Path | None = None, threads: int = 1,
                 raise UsageError(f"{path}: a {arch} package cannot run on this {host_arch} machine")
             from edge_sdk.targets import get_target
 
-            emulate = get_target(m["target"]["name"]).emulate_cpu or "cortex-a53"
+            emulate = get_target(m["target"]["name"]).qemu_cpu()
         common = dict(lib=pkg.member("model.so"), params=pkg.member("params.bin"), arch=arch,
                       emulate_cpu=emulate, threads=threads)
         golden_in = pkg.golden_input

@@ -1,6 +1,7 @@
-"""The variant table: every precision we compile, in one place.
+"""The variant table: every precision we compile, and the facts about it, in one place.
 
-The compiler, the validator, the bench and the dashboard all read this table.
+The compiler, the CLI (choices and help texts), the bench (which peers a row compares with), tune
+(which variants have tunable kernels), the demo and the dashboard (the baseline) all read this table.
 """
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from dataclasses import dataclass
 from edge_sdk._suggest import did_you_mean
 from edge_sdk.errors import UsageError
 
+BASELINE = "float32"  # what speed-ups are relative to (bench, demo, dashboard, apps/classify via the demo)
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -16,33 +19,48 @@ class Variant:
     description: str
     weight_bits: int
     activation_bits: int
-    family: str  # "float", "int8", "bitserial"
-    available: bool  # False: the row exists but its compiler has not landed yet
+    family: str  # "float", "int8", "bitserial": picks the compiler backend
     polarity: str | None = None  # bitserial: "unipolar" (activations 0..2^a-1, weights +-1) or "bipolar"
     glue: str | None = None  # bitserial: "fused" (integer shift/offset + bitpack in the conv) or "unfused" (float ops)
+    # Peer families (bench/peers.py) this variant is compared with, in order: the first family with a
+    # measured peer row gives "vs best peer". w1a1 is the binary peers' (LCE) precision, then float's.
+    peer_families: tuple[str, ...] = ()
+    tunable: bool = False  # `edge-sdk tune` has workloads for its kernels; compile applies tuning records
+    calibrated: bool = False  # `compile --calibrate DIR` sets its activation ranges from images (PTQ)
+    lce: bool = False  # compiles an imported Larq Compute Engine (LCE) binary .tflite
+    # A row may be listed before its compiler lands: compile refuses it, bench reports it "unavailable".
+    available: bool = True
+
+
+def _bitserial(name: str, w: int, a: int, glue: str, what: str, **facts) -> Variant:
+    return Variant(name, what, w, a, "bitserial", "unipolar", glue, **({"peer_families": ("float",)} | facts))
 
 
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
-        Variant("float32", "32-bit float everywhere", 32, 32, "float", True),
-        Variant("int8", "integer-only int8: full-int8 .tflite (bit-exact with TFLite) or post-training quantized", 8, 8, "int8", True),
-        Variant("w1a1", "bitserial: 1-bit weights, 1-bit activations (fused glue)", 1, 1, "bitserial", True,
-                "unipolar", "fused"),
-        Variant("w1a2", "bitserial: 1-bit weights, 2-bit activations (fused glue)", 1, 2, "bitserial", True,
-                "unipolar", "fused"),
-        Variant("w1a3", "bitserial: 1-bit weights, 3-bit activations (fused glue)", 1, 3, "bitserial", True,
-                "unipolar", "fused"),
-        Variant("w2a2", "bitserial: 2-bit weights, 2-bit activations (fused glue)", 2, 2, "bitserial", True,
-                "unipolar", "fused"),
-        Variant("w1a1-unfused", "w1a1 with the glue as separate float ops (ablation)", 1, 1, "bitserial", True,
-                "unipolar", "unfused"),
-        Variant("w1a2-unfused", "w1a2 with the glue as separate float ops (ablation)", 1, 2, "bitserial", True,
-                "unipolar", "unfused"),
-        Variant("w2a2-unfused", "w2a2 with the glue as separate float ops (ablation)", 2, 2, "bitserial", True,
-                "unipolar", "unfused"),
+        Variant("float32", "32-bit float everywhere", 32, 32, "float", peer_families=("float",), tunable=True),
+        Variant("int8", "integer-only int8: full-int8 .tflite (bit-exact with TFLite) or post-training quantized",
+                8, 8, "int8", peer_families=("int8",), calibrated=True),
+        _bitserial("w1a1", 1, 1, "fused", "bitserial: 1-bit weights, 1-bit activations (fused glue)",
+                   peer_families=("binary", "float"), lce=True),
+        _bitserial("w1a2", 1, 2, "fused", "bitserial: 1-bit weights, 2-bit activations (fused glue)"),
+        _bitserial("w1a3", 1, 3, "fused", "bitserial: 1-bit weights, 3-bit activations (fused glue)"),
+        _bitserial("w2a2", 2, 2, "fused", "bitserial: 2-bit weights, 2-bit activations (fused glue)"),
+        _bitserial("w1a1-unfused", 1, 1, "unfused", "w1a1 with the glue as separate float ops (ablation)", lce=True),
+        _bitserial("w1a2-unfused", 1, 2, "unfused", "w1a2 with the glue as separate float ops (ablation)"),
+        _bitserial("w2a2-unfused", 2, 2, "unfused", "w2a2 with the glue as separate float ops (ablation)"),
     )
 }
+
+TUNABLE_VARIANTS = tuple(n for n, v in VARIANTS.items() if v.tunable)
+CALIBRATED_VARIANTS = tuple(n for n, v in VARIANTS.items() if v.calibrated)
+LCE_VARIANTS = tuple(n for n, v in VARIANTS.items() if v.lce)
+
+
+def names(*, family: str | None = None) -> list[str]:
+    """The variant names (of one family), in table order: for choices, help texts and messages."""
+    return [n for n, v in VARIANTS.items() if family is None or v.family == family]
 
 
 def get_variant(name: str) -> Variant:

@@ -65,7 +65,7 @@ def _qemu_cpu(manifest: dict) -> str | None:
         return None
     from edge_sdk.targets import get_target
 
-    return get_target(manifest["target"]["name"]).emulate_cpu or "cortex-a53"
+    return get_target(manifest["target"]["name"]).qemu_cpu()
 
 
 def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup: int, repeat: int,
@@ -178,9 +178,9 @@ def run_bench(model, *, variants: list[str], target: str = "host", threads: list
             raise UsageError("--emulate counts instructions with 1 thread; drop --threads or use --threads 1")
         target = emulate
     tgt = get_target(target)
-    emulate_cpu = (tgt.emulate_cpu or "cortex-a53") if emulate else None
     if emulate and tgt.arch != "aarch64":
         raise UsageError(f"--emulate needs an aarch64 target, not '{target}' ({tgt.arch})")
+    emulate_cpu = tgt.qemu_cpu() if emulate else None
     rounds = 1 if emulate else max(1, rounds)
     from edge_sdk.bench import emulate as E
 

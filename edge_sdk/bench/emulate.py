@@ -52,42 +52,15 @@ import numpy as np
 
 from edge_sdk.errors import MissingDependency, RuntimeFailure, UsageError
 from edge_sdk.runtime.bundle import cache_root, ensure_bundle
+from edge_sdk.targets import CacheConfig, by_emulation_cpu
 
 SYSROOT = Path("/usr/aarch64-linux-gnu")
 TIME_ENGINE = Path(__file__).resolve().parents[2] / "tools" / "peers" / "time_engine.py"
 K_LOW, K_HIGH = 1, 3
 
-_PI3_CORE = ("processor\t: {i}\nBogoMIPS\t: 38.40\nFeatures\t: fp asimd evtstrm crc32 cpuid\n"
-             "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd03\n"
-             "CPU revision\t: 4\n\n")
-PI3_CPUINFO = ("".join(_PI3_CORE.format(i=i) for i in range(4)) + "Hardware\t: BCM2835\nRevision\t: a02082\n"
-               "Serial\t\t: 0000000000000000\nModel\t\t: Raspberry Pi 3 Model B Rev 1.2\n")
-CPUINFO = {"cortex-a53": PI3_CPUINFO}
-
-
-@dataclass(frozen=True)
-class CacheConfig:
-    """The caches libcache.so simulates. Defaults: a Raspberry Pi 3B's Cortex-A53 (BCM2837): L1 I 32 KB
-    2-way, L1 D 32 KB 4-way, 64 B lines (A53 TRM, ARM DDI 0500, 2.1.6/6.1), and the cluster's
-    512 KB 16-way L2 (DESIGN.md; TRM 7.1), all of it to the one thread we count."""
-
-    l1d_bytes: int = 32 * 1024
-    l1d_ways: int = 4
-    l1i_bytes: int = 32 * 1024
-    l1i_ways: int = 2
-    l2_bytes: int = 512 * 1024
-    l2_ways: int = 16
-    line: int = 64
-    evict: str = "lru"  # lru | fifo (rand is not deterministic in qemu 7.2's plugin)
-
-    def plugin_args(self) -> str:
-        return (f"dcachesize={self.l1d_bytes},dassoc={self.l1d_ways},dblksize={self.line},"
-                f"icachesize={self.l1i_bytes},iassoc={self.l1i_ways},iblksize={self.line},"
-                f"l2cachesize={self.l2_bytes},l2assoc={self.l2_ways},l2blksize={self.line},"
-                f"evict={self.evict},limit=0")
-
-
-CACHES = {"cortex-a53": CacheConfig()}
+# The Pi rows' /proc/cpuinfo and caches live in the target table (edge_sdk/targets.py), keyed here by qemu cpu.
+CPUINFO: dict[str, str] = by_emulation_cpu("cpuinfo")
+CACHES: dict[str, CacheConfig] = by_emulation_cpu("caches")
 
 
 def caches_for(cpu: str) -> CacheConfig:

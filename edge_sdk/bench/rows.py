@@ -90,18 +90,21 @@ def finish_latencies(rows: list[BenchRow]) -> None:
 
 
 def ratios(rows: list[BenchRow]) -> None:
-    # The issue's goals: w1a1 against binary peers (LCE), other bitserial variants against float peers.
-    compare = {"float": ("float",), "int8": ("int8",), "bitserial": ("float",), "binary": ("binary",)}
+    """Each measured row vs our baseline (speedup_vs_float32) and, for ours, vs the best peer of the first
+    peer family its variant row compares with (variants.py: w1a1 with binary peers (LCE), then float)."""
+    from edge_sdk.variants import BASELINE, VARIANTS
+
     for r in rows:
         m = r.metric()
         if m is None:
             continue
-        f32 = [x.metric() for x in rows if x.ours and x.variant == "float32" and x.threads == r.threads]
-        if f32 and f32[0]:
-            r.speedup_vs_float32 = f32[0] / m
+        base = [x.metric() for x in rows if x.ours and x.variant == BASELINE and x.threads == r.threads]
+        if base and base[0]:
+            r.speedup_vs_float32 = base[0] / m
         if not r.ours:
             continue
-        for fam in ("binary", "float") if r.variant == "w1a1" else compare.get(r.family, ()):
+        v = VARIANTS.get(r.variant)
+        for fam in v.peer_families if v else ():
             peers = [p for p in rows if not p.ours and p.family == fam and p.threads == r.threads and p.metric()]
             if peers:
                 best = min(peers, key=lambda p: p.metric())

@@ -10,17 +10,22 @@ from pathlib import Path
 
 from edge_sdk.cli.common import add_device_options, add_model_options, console, load_model, print_json
 from edge_sdk.errors import UsageError
+from edge_sdk.targets import TARGET_NAMES
+from edge_sdk.variants import BASELINE, names
 
 
 def add_bench_parser(sub) -> None:
     p = sub.add_parser("bench", help="time our variants (and the peer engines) side by side on one model")
     add_model_options(p)
-    p.add_argument("--variants", default="float32", help="comma-separated, e.g. float32,int8,w1a2 (default float32)")
-    p.add_argument("--target", default="host", help="host (default) or a Pi target (run under qemu here)")
+    p.add_argument("--variants", default=BASELINE, help=f"comma-separated, of {', '.join(names())} "
+                   f"(default {BASELINE})")
+    p.add_argument("--target", default="host", help=f"{', '.join(TARGET_NAMES)}: host (default) or a Pi target "
+                   "(run under qemu here)")
     p.add_argument("--threads", default="1", help="comma-separated thread counts, e.g. 1,2 (default 1)")
     p.add_argument("--peers", action="store_true", help="also time LiteRT, ONNX Runtime and LCE (tools/setup_peers.sh)")
     p.add_argument("--emulate", metavar="TARGET", help="count aarch64 instructions per inference under qemu "
-                   "(e.g. pi3) instead of timing (tools/build_qemu_plugins.sh)")
+                   f"instead of timing, for {', '.join(n for n in TARGET_NAMES if n != 'host')} "
+                   "(tools/build_qemu_plugins.sh)")
     p.add_argument("--memory", action="store_true", help="with --emulate: also simulate the device's caches (qemu "
                    "cache.c): L1D/L2 misses, DRAM bytes, modelled A53 cycles and a roofline verdict per row (slower)")
     p.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default 3)")

@@ -6,20 +6,24 @@ from pathlib import Path
 from edge_sdk.cli.common import add_model_options, console, load_model, print_json
 from edge_sdk.cli.preprocessing import add_preprocess_options, apply_preprocess_options
 from edge_sdk.errors import UsageError
+from edge_sdk.targets import TARGET_NAMES
+from edge_sdk.variants import BASELINE, CALIBRATED_VARIANTS, TUNABLE_VARIANTS, names
 
 
 def add_compile_parser(sub) -> None:
     p = sub.add_parser("compile", help="compile a model into a .edgepkg for one variant and target")
     add_model_options(p)
-    p.add_argument("--variant", default="float32", help="float32 (int8, w1a2, ... as they land)")
-    p.add_argument("--target", default="host", help="host, pi3, pi-zero2w, pi4")
+    p.add_argument("--variant", default=BASELINE, help=f"{', '.join(names())} (default {BASELINE})")
+    p.add_argument("--target", default="host", help=f"{', '.join(TARGET_NAMES)} (default host)")
     p.add_argument("-o", "--output", type=Path, required=True, help="the .edgepkg file to write")
-    p.add_argument("--calibrate", type=Path, metavar="DIR", help="int8 of a float model: calibrate activation "
-                   "ranges on the images in DIR (default: seeded random frames, with a warning)")
+    p.add_argument("--calibrate", type=Path, metavar="DIR", help=f"{'/'.join(CALIBRATED_VARIANTS)} of a float "
+                   "model: calibrate activation ranges on the images in DIR (default: seeded random frames, "
+                   "with a warning)")
     p.add_argument("--no-tuning", action="store_true", help="use our hand schedules only, ignoring tuning records")
     p.add_argument("--tuning-records", type=Path, action="append", default=[], metavar="DIR",
                    help="also apply the tuning records under DIR/<target>/ (searched before the user's "
-                   "~/.local/share/edge-sdk/tuning and the shipped ones; float32 only; repeatable)")
+                   f"~/.local/share/edge-sdk/tuning and the shipped ones; {'/'.join(TUNABLE_VARIANTS)} only; "
+                   "repeatable)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_preprocess_options(p)
     p.set_defaults(drive=drive_compile)
@@ -33,11 +37,13 @@ def drive_compile(args) -> int:
     variant, target = get_variant(args.variant), get_target(args.target)
     if args.output.suffix != ".edgepkg":
         raise UsageError(f"{args.output}: the output file must end in .edgepkg")
-    if args.calibrate is not None and (variant.family != "int8" or not args.calibrate.is_dir()):
-        raise UsageError(f"--calibrate {args.calibrate}: needs --variant int8 and a folder of images")
+    if args.calibrate is not None and (not variant.calibrated or not args.calibrate.is_dir()):
+        raise UsageError(f"--calibrate {args.calibrate}: needs --variant {'/'.join(CALIBRATED_VARIANTS)} "
+                         "and a folder of images")
     for d in args.tuning_records:
-        if args.no_tuning or variant.family != "float" or not d.is_dir():
-            raise UsageError(f"--tuning-records {d}: needs an existing folder, --variant float32 and no --no-tuning")
+        if args.no_tuning or not variant.tunable or not d.is_dir():
+            raise UsageError(f"--tuning-records {d}: needs an existing folder, --variant "
+                             f"{'/'.join(TUNABLE_VARIANTS)} and no --no-tuning")
     target.compiler()  # a missing cross compiler fails before the model is built
     out = console()
     with out.status(f"loading {args.model}") as status:

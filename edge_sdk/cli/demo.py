@@ -10,6 +10,7 @@ from pathlib import Path
 
 from edge_sdk.cli.common import print_json
 from edge_sdk.errors import RuntimeFailure, UsageError
+from edge_sdk.variants import names
 
 
 def add_demo_parser(sub) -> None:
@@ -18,7 +19,8 @@ def add_demo_parser(sub) -> None:
     p.add_argument("--alpha", type=float, default=1.0, help="width multiplier (default 1.0)")
     p.add_argument("--resolution", type=int, default=224, help="input size (default 224)")
     p.add_argument("--classes", type=int, default=1000)
-    p.add_argument("--bitserial", default="w1a2", help="bitserial variant to compile (default w1a2)")
+    p.add_argument("--bitserial", default="w1a2", help=f"the bitserial variant to compile: "
+                   f"{', '.join(names(family='bitserial'))} (default w1a2)")
     p.add_argument("--frames", type=int, default=10, help="sample frames the app classifies (default 10)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-host", action="store_true", help="skip the host packages and the loopback device")

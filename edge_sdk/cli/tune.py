@@ -9,8 +9,8 @@ from pathlib import Path
 
 from edge_sdk.cli.common import add_device_options, add_model_options, console, load_model, print_json
 from edge_sdk.errors import UsageError
-
-TUNABLE_VARIANTS = ("float32",)  # int8 / bitserial kernels carry no workload yet
+from edge_sdk.targets import TARGET_NAMES
+from edge_sdk.variants import BASELINE, TUNABLE_VARIANTS
 
 
 def add_tune_parser(sub) -> None:
@@ -20,8 +20,10 @@ def add_tune_parser(sub) -> None:
                        "records by default. Resumable: recorded kernels are skipped, an interrupted search "
                        "continues from its database under $EDGE_SDK_CACHE/tune.")
     add_model_options(p)
-    p.add_argument("--variant", default="float32", help="float32 (the only tunable variant for now)")
-    p.add_argument("--target", default="host", help="host, or a Pi target with --device/--fleet")
+    p.add_argument("--variant", default=BASELINE, help=f"a tunable variant: {', '.join(TUNABLE_VARIANTS)} "
+                   f"(default {BASELINE}; the int8 and bitserial kernels have no tunable workload yet)")
+    p.add_argument("--target", default="host", help=f"{', '.join(TARGET_NAMES)}: host, or a Pi target with "
+                   "--device/--fleet")
     p.add_argument("--trials", type=int, default=32, help="MetaSchedule trials per kernel workload (default 32)")
     p.add_argument("--kernel", action="append", default=[], metavar="NAME",
                    help="tune only this kernel (edge_dw_3) or kind (dw, conv, gemm, pool); repeatable")

@@ -62,7 +62,7 @@ def _layer_rows(run: dict, pkg: dict | None) -> list[dict]:
 
 def chart_data(store: ResultsStore) -> dict:
     """Everything the page draws, from the newest run per model x variant x device x target x threads."""
-    from edge_sdk.variants import VARIANTS
+    from edge_sdk.variants import BASELINE, VARIANTS
 
     runs = store.query(latest=True)
     pkgs = store.packages(sorted({r["package_sha256"] for r in runs}))
@@ -75,11 +75,11 @@ def chart_data(store: ResultsStore) -> dict:
                 "max_ms": r["latency_max_ms"], "p10_ms": r["latency_p10_ms"], "p90_ms": r["latency_p90_ms"],
                 "repeats": r["repeats"], "golden_ok": r["golden_ok"]} for r in runs]
 
-    floats = {(r["model"], r["device"], r["target"], r["threads"]): r for r in runs if r["variant"] == "float32"}
+    floats = {(r["model"], r["device"], r["target"], r["threads"]): r for r in runs if r["variant"] == BASELINE}
     speedup = []
     for r in runs:
         base = floats.get((r["model"], r["device"], r["target"], r["threads"]))
-        if base is not None and r["variant"] != "float32":
+        if base is not None and r["variant"] != BASELINE:
             speedup.append({**_run_key(r), "float_ms": base["latency_median_ms"], "ms": r["latency_median_ms"],
                             "speedup": base["latency_median_ms"] / r["latency_median_ms"]})
 
