@@ -14,7 +14,7 @@ from tvm import relax
 
 from edge_sdk.compiler import lower
 from edge_sdk.compiler.ops import conv2d as conv_ops
-from edge_sdk.compiler.ops.common import simd_of
+from edge_sdk.compiler.ops.common import Epilogue, simd_of
 from edge_sdk.compiler.ops.depthwise import depthwise_conv2d
 from edge_sdk.compiler.ops.pool import pool2d
 from edge_sdk.targets import get_target
@@ -96,7 +96,7 @@ def test_gemm_matches_numpy(host, m, k, n, act, residual):
     wp = conv_ops.pack_gemm_weight(w, nr)
     npad = wp.shape[0] * nr
     r = rand(m, npad)
-    func = conv_ops.gemm(m, k, npad, simd, act=act, residual=residual, nr=nr, name="t_gemm")
+    func = conv_ops.gemm(m, k, npad, simd, epi=Epilogue(act, residual), nr=nr, name="t_gemm")
     args = [a, wp, conv_ops.pad_bias(b, npad)] + ([r] if residual else [])
     out = run_prim(func, host, *args, out_shape=(m, npad))[:, :n]
     ref = a.astype("float64") @ w + b + (r[:, :n] if residual else 0)
@@ -118,7 +118,7 @@ def test_conv2d_direct_matches_numpy(host, shape, k, s, co):
     nr = conv_ops.choose_nr(simd, 2, co)
     wp = conv_ops.pack_conv_weight(w, nr)
     cpad = wp.shape[0] * nr
-    func = conv_ops.conv2d_direct(shape, (k, k), (s, s), (pt, pl, pb, pr), cpad, simd, act=("relu",), name="t_conv")
+    func = conv_ops.conv2d_direct(shape, (k, k), (s, s), (pt, pl, pb, pr), cpad, simd, epi=Epilogue(("relu",)), name="t_conv")
     ref = np.maximum(ref_conv(x, w, (s, s), (pt, pl, pb, pr)) + b, 0)
     out = run_prim(func, host, x, wp, conv_ops.pad_bias(b, cpad), out_shape=ref.shape[:3] + (cpad,))
     close(out[..., :co], ref)
@@ -130,7 +130,7 @@ def test_depthwise_matches_numpy(host, shape, k, s):
     pt, pb = same_pad(shape[1], k, s)
     pl, pr = same_pad(shape[2], k, s)
     x, w, b = rand(*shape), rand(k, k, shape[3]), rand(shape[3])
-    func = depthwise_conv2d(shape, (k, k), (s, s), (pt, pl, pb, pr), simd, act=("clip", 0.0, 6.0), name="t_dw")
+    func = depthwise_conv2d(shape, (k, k), (s, s), (pt, pl, pb, pr), simd, epi=Epilogue(("clip", 0.0, 6.0)), name="t_dw")
     ref = np.clip(ref_conv(x, w[:, :, None, :], (s, s), (pt, pl, pb, pr), groups=shape[3]) + b, 0, 6)
     close(run_prim(func, host, x, w, b, out_shape=ref.shape), ref)
 

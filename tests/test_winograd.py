@@ -20,7 +20,7 @@ import tvm
 from tvm import relax
 
 from edge_sdk.compiler.ops import winograd as wg
-from edge_sdk.compiler.ops.common import simd_of
+from edge_sdk.compiler.ops.common import Epilogue, simd_of
 from edge_sdk.targets import get_target
 
 RNG = np.random.default_rng(11)
@@ -76,7 +76,7 @@ def _case(shape, co, pad, m, simd, *, residual, act):
     r = RNG.standard_normal((1, oh, ow, cpad)).astype("float32")
     bp = np.zeros(cpad, "float32")
     bp[:co] = b
-    func = wg.conv2d_winograd(shape, pad, cpad, m, simd, act=act, residual=residual, nr=nr, name="t_wino")
+    func = wg.conv2d_winograd(shape, pad, cpad, m, simd, epi=Epilogue(act, residual), nr=nr, name="t_wino")
     ref = ref_conv(x, w, pad) + b + (r[..., :co] if residual else 0)
     extra = np.abs(b) + (np.abs(r[..., :co]) if residual else 0)
     if act[0] == "relu":

@@ -79,6 +79,18 @@ def pad_nhwc(x, padding, fill):
         name="pad")
 
 
+@dataclass(frozen=True)
+class Epilogue:
+    """What a float kernel folds into its output write after the bias: a residual input R (one more
+    argument, same shape as the output) and the activation ("none",), ("relu",) or ("clip", lo, hi)."""
+
+    act: tuple = ("none",)
+    residual: bool = False
+
+
+NO_EPILOGUE = Epilogue()
+
+
 def apply_epilogue(value, bias, act: tuple, residual=None):
     """bias add, residual add, then ReLU / clip: the ops we fold into a conv's output write."""
     value = value + bias if bias is not None else value

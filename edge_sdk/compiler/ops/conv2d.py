@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 from tvm import s_tir, te
 
-from edge_sdk.compiler.ops.common import Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner
+from edge_sdk.compiler.ops.common import NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner
 
 
 def choose_nr(simd: Simd, m: int, n: int) -> int:
@@ -57,9 +57,10 @@ def pad_bias(bias: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def gemm(m: int, k: int, npad: int, simd: Simd, *, act=("none",), residual=False, nr=None,
+def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, nr=None,
          name="edge_gemm") -> tvm.tirx.PrimFunc:
     """A (m, k) @ Wp (npad/nr, k, nr) + bias (npad,) [+ R (m, npad)] -> act -> (m, npad)."""
+    act, residual = epi.act, epi.residual
     nr = nr or choose_nr(simd, m, npad)
     mr = pick_tile(m, simd.mr_max)
     mp = round_up(m, mr)  # the tail tile reads row m-1 again and stores nothing past row m
@@ -90,9 +91,10 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, act=("none",), residual=False
     return finish(sch, name, workload=workload)
 
 
-def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, act=("none",),
-                  residual=False, name="edge_conv2d") -> tvm.tirx.PrimFunc:
+def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, epi: Epilogue = NO_EPILOGUE,
+                  name="edge_conv2d") -> tvm.tirx.PrimFunc:
     """NHWC conv over packed weights (cpad/nr, KH, KW, CI, nr); padding = (top, left, bottom, right)."""
+    act, residual = epi.act, epi.residual
     n, h, w_, ci = shape
     kh, kw = kernel
     sh, sw = strides

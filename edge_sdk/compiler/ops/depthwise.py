@@ -12,12 +12,13 @@ from __future__ import annotations
 import tvm
 from tvm import s_tir, te
 
-from edge_sdk.compiler.ops.common import Simd, apply_epilogue, finish, largest_divisor, pad_nhwc, pick_tile, round_up, tile_inner
+from edge_sdk.compiler.ops.common import NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, largest_divisor, pad_nhwc, pick_tile, round_up, tile_inner
 
 
-def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, act=("none",), residual=False,
+def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, epi: Epilogue = NO_EPILOGUE,
                      multiplier=1, name="edge_dwconv2d") -> tvm.tirx.PrimFunc:
     """X (N,H,W,C) * W (KH,KW,C*M) + bias (C*M,) -> act; padding = (top, left, bottom, right)."""
+    act, residual = epi.act, epi.residual
     n, h, w_, cin = shape
     c, m = cin * multiplier, multiplier
     kh, kw = kernel

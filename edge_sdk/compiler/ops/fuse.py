@@ -16,7 +16,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from edge_sdk.compiler.ops import conv2d as conv_ops
 from edge_sdk.compiler.ops import winograd
-from edge_sdk.compiler.ops.common import Simd, round_up
+from edge_sdk.compiler.ops.common import Epilogue, Simd, round_up
 from edge_sdk.compiler.ops.depthwise import depthwise_conv2d
 from edge_sdk.compiler.ops.pool import pool2d
 
@@ -282,65 +282,77 @@ class KernelRewriter(PyExprMutator):
         self.counts[kind] = self.counts.get(kind, 0) + 1
         x = self.visit_expr(head["x"])
         if kind == "pool":
-            n, h, w, c = head["shape"]
-            key = ("pool", head["pool"], head["shape"], tuple(head["kernel"]), tuple(head["strides"]),
-                   tuple(head["pad"]), head["include_pad"])
-            gv = self._kernel(key, lambda name: pool2d(
-                head["shape"], head["pool"], head["kernel"], head["strides"], head["pad"], self.simd,
-                count_include_pad=head["include_pad"], name=name))
-            oh = (h + head["pad"][0] + head["pad"][2] - head["kernel"][0]) // head["strides"][0] + 1
-            ow = (w + head["pad"][1] + head["pad"][3] - head["kernel"][1]) // head["strides"][1] + 1
-            out = self.builder_.emit(relax.call_tir(gv, [x], relax.TensorType((n, oh, ow, c), "float32")))
-            return relax.op.reshape(out, out_shape) if tuple(out_shape) != (n, oh, ow, c) else out
-        w = head["w"]
-        cout = w.shape[-1]
-        w = (w * chain.scale.astype("float32")).astype("float32")
+            return self._emit_pool(head, x, out_shape)
+        w = (head["w"] * chain.scale.astype("float32")).astype("float32")
         bias = chain.bias.astype("float32")
-        act = chain.act
         res = self.visit_expr(chain.residual) if chain.residual is not None else None
+        epi = Epilogue(chain.act, res is not None)
         if kind == "dw":
-            mult = cout // head["shape"][3]
-            key = ("dw", head["shape"], tuple(w.shape[:2]), tuple(head["strides"]), tuple(head["pad"]),
-                   act, res is not None, mult)
-            gv = self._kernel(key, lambda name: depthwise_conv2d(
-                head["shape"], w.shape[:2], head["strides"], head["pad"], self.simd, act=act,
-                residual=res is not None, multiplier=mult, name=name))
-            args = [x, relax.const(w), relax.const(bias)] + ([res] if res is not None else [])
-            return relax.call_tir(gv, args, relax.TensorType(out_shape, "float32"))
+            return self._emit_dw(head, x, w, bias, res, epi, out_shape)
         one_by_one = kind == "conv" and tuple(w.shape[:2]) == (1, 1) and head["strides"] == [1, 1] \
             and not any(head["pad"])
         if kind == "dense" or one_by_one:
-            wkn = w.reshape(-1, cout)
-            m = int(np.prod(head["shape"][:-1]))
-            nr = conv_ops.choose_nr(self.simd, m, cout)
-            npad = round_up(cout, nr)
-            key = ("gemm", m, wkn.shape[0], npad, nr, act, res is not None)
-            gv = self._kernel(key, lambda name: conv_ops.gemm(
-                m, wkn.shape[0], npad, self.simd, act=act, residual=res is not None, nr=nr, name=name))
-            a = x if kind == "dense" else self.builder_.emit(relax.op.reshape(x, (m, wkn.shape[0])))
-            args = [a, relax.const(conv_ops.pack_gemm_weight(wkn, nr)),
-                    relax.const(conv_ops.pad_bias(bias, npad))]
-            if res is not None:
-                args.append(self.builder_.emit(relax.op.reshape(res, (m, npad))))
-            out = self.builder_.emit(relax.call_tir(gv, args, relax.TensorType((m, npad), "float32")))
-            if npad != cout:
-                out = self.builder_.emit(relax.op.strided_slice(out, [1], [0], [cout]))
-            return relax.op.reshape(out, out_shape) if kind != "dense" else out
+            return self._emit_gemm(head, x, w, bias, res, epi, out_shape)
+        return self._emit_conv(head, x, w, bias, res, epi, out_shape)
+
+    def _emit_pool(self, head, x, out_shape):
+        n, h, w, c = head["shape"]
+        key = ("pool", head["pool"], head["shape"], tuple(head["kernel"]), tuple(head["strides"]),
+               tuple(head["pad"]), head["include_pad"])
+        gv = self._kernel(key, lambda name: pool2d(
+            head["shape"], head["pool"], head["kernel"], head["strides"], head["pad"], self.simd,
+            count_include_pad=head["include_pad"], name=name))
+        oh = (h + head["pad"][0] + head["pad"][2] - head["kernel"][0]) // head["strides"][0] + 1
+        ow = (w + head["pad"][1] + head["pad"][3] - head["kernel"][1]) // head["strides"][1] + 1
+        out = self.builder_.emit(relax.call_tir(gv, [x], relax.TensorType((n, oh, ow, c), "float32")))
+        return relax.op.reshape(out, out_shape) if tuple(out_shape) != (n, oh, ow, c) else out
+
+    def _emit_dw(self, head, x, w, bias, res, epi: Epilogue, out_shape):
+        mult = w.shape[-1] // head["shape"][3]
+        key = ("dw", head["shape"], tuple(w.shape[:2]), tuple(head["strides"]), tuple(head["pad"]),
+               epi.act, epi.residual, mult)
+        gv = self._kernel(key, lambda name: depthwise_conv2d(
+            head["shape"], w.shape[:2], head["strides"], head["pad"], self.simd, epi=epi, multiplier=mult,
+            name=name))
+        args = [x, relax.const(w), relax.const(bias)] + ([res] if res is not None else [])
+        return relax.call_tir(gv, args, relax.TensorType(out_shape, "float32"))
+
+    def _emit_gemm(self, head, x, w, bias, res, epi: Epilogue, out_shape):
+        """A dense layer, or a 1x1 stride-1 unpadded conv, as the packed GEMM."""
+        cout = w.shape[-1]
+        wkn = w.reshape(-1, cout)
+        m = int(np.prod(head["shape"][:-1]))
+        nr = conv_ops.choose_nr(self.simd, m, cout)
+        npad = round_up(cout, nr)
+        key = ("gemm", m, wkn.shape[0], npad, nr, epi.act, epi.residual)
+        gv = self._kernel(key, lambda name: conv_ops.gemm(m, wkn.shape[0], npad, self.simd, epi=epi, nr=nr,
+                                                          name=name))
+        dense = head["kind"] == "dense"
+        a = x if dense else self.builder_.emit(relax.op.reshape(x, (m, wkn.shape[0])))
+        args = [a, relax.const(conv_ops.pack_gemm_weight(wkn, nr)), relax.const(conv_ops.pad_bias(bias, npad))]
+        if res is not None:
+            args.append(self.builder_.emit(relax.op.reshape(res, (m, npad))))
+        out = self.builder_.emit(relax.call_tir(gv, args, relax.TensorType((m, npad), "float32")))
+        if npad != cout:
+            out = self.builder_.emit(relax.op.strided_slice(out, [1], [0], [cout]))
+        return relax.op.reshape(out, out_shape) if not dense else out
+
+    def _emit_conv(self, head, x, w, bias, res, epi: Epilogue, out_shape):
+        """A KxK conv: Winograd where it measured faster (ops/winograd.py _TABLE), else the direct conv."""
+        cout = w.shape[-1]
         nr = conv_ops.choose_nr(self.simd, 2, cout)
         cpad = round_up(cout, nr)
         wino_m = winograd.choose_m(self.simd, head["shape"], w.shape[:2], head["strides"], cout)
-        if wino_m is not None:  # 3x3 stride 1 where Winograd measured faster (ops/winograd.py _TABLE)
-            key = ("conv_winograd", head["shape"], tuple(head["pad"]), cpad, nr, wino_m, act, res is not None)
+        if wino_m is not None:
+            key = ("conv_winograd", head["shape"], tuple(head["pad"]), cpad, nr, wino_m, epi.act, epi.residual)
             gv = self._kernel(key, lambda name: winograd.conv2d_winograd(
-                head["shape"], head["pad"], cpad, wino_m, self.simd, act=act, residual=res is not None,
-                nr=nr, name=name))
+                head["shape"], head["pad"], cpad, wino_m, self.simd, epi=epi, nr=nr, name=name))
             wpack = winograd.transform_weight(w, wino_m, nr)
         else:
             key = ("conv", head["shape"], tuple(w.shape[:2]), tuple(head["strides"]), tuple(head["pad"]),
-                   cpad, act, res is not None)
+                   cpad, epi.act, epi.residual)
             gv = self._kernel(key, lambda name: conv_ops.conv2d_direct(
-                head["shape"], w.shape[:2], head["strides"], head["pad"], cpad, self.simd, act=act,
-                residual=res is not None, name=name))
+                head["shape"], w.shape[:2], head["strides"], head["pad"], cpad, self.simd, epi=epi, name=name))
             wpack = conv_ops.pack_conv_weight(w, nr)
         args = [x, relax.const(wpack), relax.const(conv_ops.pad_bias(bias, cpad))]
         if res is not None:

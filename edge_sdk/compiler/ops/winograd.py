@@ -22,7 +22,7 @@ import numpy as np
 import tvm
 from tvm import s_tir, te
 
-from edge_sdk.compiler.ops.common import Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner
+from edge_sdk.compiler.ops.common import NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner
 
 # Lavin & Gray's matrices (points 0, +-1, +-2, infinity for m=4; 0, +-1, infinity for m=2).
 _MATRICES = {
@@ -107,11 +107,12 @@ def _dot(mat: np.ndarray, row, term) -> tvm.tirx.PrimExpr:
     return out
 
 
-def conv2d_winograd(shape, padding, cpad: int, m: int, simd: Simd, *, act=("none",), residual=False,
+def conv2d_winograd(shape, padding, cpad: int, m: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE,
                     nr=None, name="edge_winograd") -> tvm.tirx.PrimFunc:
     """NHWC 3x3 stride-1 conv over U from `transform_weight` (alpha, alpha, cpad/nr, CI, nr);
     padding = (top, left, bottom, right). Output (1, OH, OW, cpad). Batch 1 only (choose_m checks).
     The GEMM's tiles are padded to a multiple of mr; the tail rows re-read the last tile."""
+    act, residual = epi.act, epi.residual
     n, h, w_, ci = shape
     pt, pl, pb, pr = padding
     oh, ow = h + pt + pb - 2, w_ + pl + pr - 2
