@@ -192,3 +192,23 @@ def test_zoo_models_carry_their_training_preprocessing():
 
     pre = build_zoo_model("mobilenet_v1", alpha=0.25, resolution=32, classes=4).preprocess
     assert (pre.interpolation, pre.crop, pre.mean, pre.std) == ("bilinear", 0.875, (127.5,) * 3, (127.5,) * 3)
+
+
+def test_an_eval_run_feeds_the_accuracy_chart_without_hiding_the_latency_run(tmp_path):
+    from edge_sdk.dashboard.page import chart_data
+    from edge_sdk.results.store import ResultsStore
+
+    manifest = {"model": {"name": "digits"}, "variant": "int8", "target": {"name": "pi3", "arch": "aarch64"},
+                "layers": []}
+    lat = {"median": 10.0, "min": 9.0, "max": 11.0, "p10": 9.5, "p90": 10.5}
+    run = {"model": "digits", "variant": "int8", "target": "pi3", "threads": 1, "repeats": 5}
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        bench = store.record_run({**run, "latency_ms": lat}, manifest, device="pi",
+                                 extra={"source": "bench", "package_sha256": "a" * 64})
+        ev = store.record_run({**run, "latency_ms": {k: v * 2 for k, v in lat.items()}}, manifest, device="pi",
+                              extra={"source": "eval", "accuracy": 0.97, "top5": 1.0, "images": 360,
+                                     "package_sha256": "a" * 64})
+        d = chart_data(store)
+    assert [r["run_id"] for r in d["latency"]] == [bench]
+    assert [(p["run_id"], p["accuracy"], p["top5"], p["images"], p["median_ms"]) for p in d["accuracy"]] == [
+        (ev, 0.97, 1.0, 360, 20.0)]

@@ -60,11 +60,26 @@ def _layer_rows(run: dict, pkg: dict | None) -> list[dict]:
     return rows
 
 
+def _key(r: dict) -> tuple:
+    return r["model"], r["variant"], r["device"], r["target"], r["threads"]
+
+
+def _newest(runs) -> list[dict]:
+    """The newest run per (model, variant, device, target, threads), oldest first (the store's `latest`)."""
+    best: dict[tuple, dict] = {}
+    for r in runs:
+        if _key(r) not in best or r["run_id"] > best[_key(r)]["run_id"]:
+            best[_key(r)] = r
+    return sorted(best.values(), key=lambda r: r["run_id"])
+
+
 def chart_data(store: ResultsStore) -> dict:
     """Everything the page draws, from the newest run per model x variant x device x target x threads."""
     from edge_sdk.variants import BASELINE, VARIANTS
 
-    runs = store.query(latest=True)
+    every = store.query()  # eval runs (`edge-sdk eval`) feed the accuracy chart and do not hide the latency runs
+    runs = _newest(r for r in every if r["source"] != "eval")
+    evals = _newest(r for r in every if r["source"] == "eval")
     pkgs = store.packages(sorted({r["package_sha256"] for r in runs}))
     order = {name: i for i, name in enumerate(VARIANTS)}
     runs.sort(key=lambda r: (r["model"], r["device"], r["target"], r["threads"], order.get(r["variant"], 99),
@@ -112,8 +127,11 @@ def chart_data(store: ResultsStore) -> dict:
                 "intensity": lyr["intensity"], "measured": ms is not None and ms > 0, "bound_gflops": bound,
                 "gflops": lyr["flops"] / (ms * 1e6) if ms else bound})
 
-    accuracy = [{**_run_key(r), "median_ms": r["latency_median_ms"], "accuracy": r["accuracy"]}
-                for r in runs if r["accuracy"] is not None]
+    evaluated = {_key(r) for r in evals}
+    accuracy = [{**_run_key(r), "median_ms": r["latency_median_ms"], "accuracy": r["accuracy"],
+                 "top5": r["extra"].get("top5"), "images": r["extra"].get("images"),
+                 "dataset": r["extra"].get("dataset"), "source": r["source"]}
+                for r in [*evals, *(r for r in runs if _key(r) not in evaluated)] if r["accuracy"] is not None]
 
     return {
         "meta": {"generated": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),

@@ -108,12 +108,14 @@ function drawRoofline(data, colorOf) {
 }
 
 function drawAccuracy(data, colorOf) {
-  const s = section("accuracy", "Accuracy vs latency", "Top-1 accuracy where it was measured, against median latency.");
-  if (!data.accuracy.length) { note(s, "No accuracy measured yet: runs record it when they classify a labelled set."); return; }
+  const s = section("accuracy", "Accuracy vs latency", "Top-1 accuracy on labelled images (edge-sdk eval), against the " +
+    "median latency per image of the same run; an emulated setup's latency is the emulator's, not a device's.");
+  if (!data.accuracy.length) { note(s, "No accuracy measured yet: edge-sdk eval PKG --images DIR records it."); return; }
   legend(s, data.variants.map((v) => ({ label: v.name, color: colorOf(v.name), shape: "dot" })));
   scatterChart(s, data.accuracy, colorOf, { title: "Top-1 accuracy (%) against median latency (ms)" });
   dataTable(s, "Accuracy and latency", RUN_COLS.concat([["median ms", (r) => r.median_ms],
-    ["top-1 accuracy %", (r) => 100 * r.accuracy]]), data.accuracy);
+    ["top-1 accuracy %", (r) => 100 * r.accuracy], ["top-5 accuracy %", (r) => (r.top5 == null ? "" : 100 * r.top5)],
+    ["images", (r) => (r.images == null ? "" : r.images)]]), data.accuracy);
 }
 
 function setupToggle() {
