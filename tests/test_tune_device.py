@@ -25,7 +25,7 @@ from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
 from edge_sdk.stand_ins import device_image_module  # noqa: E402
 from edge_sdk.targets import get_target  # noqa: E402
-from edge_sdk.tune.device_runner import export_for, make_device_runner  # noqa: E402
+from edge_sdk.tune.device_runner import RunnerOptions, export_for, make_device_runner  # noqa: E402
 
 N = 48  # a 48x48x48 matmul: milliseconds to build, microseconds to run
 ARGS_JSON = json.dumps([[[N, N], "float32"]] * 3)
@@ -124,7 +124,7 @@ def test_good_candidates_are_timed_on_the_device_and_removed(loop, candidates):
     logins = lambda: dev.log.read_text().count("Accepted publickey")  # noqa: E731
     before = logins()
     runner = make_device_runner(device=dev.name, fleet=fleet.fleet_yaml, target="host", known_hosts=kh,
-                                number=2, repeat=3, min_repeat_ms=1, threads=1, timeout_s=60)
+                                options=RunnerOptions(number=2, repeat=3, min_repeat_ms=1, threads=1, timeout_s=60))
     try:
         first = _results(runner, _inputs(paths, args_info))
         again = _results(runner, _inputs(paths[:1], args_info))  # a second batch: same connection
@@ -149,7 +149,7 @@ def test_broken_crashing_and_hanging_candidates_fail_naming_the_device(loop, can
     crash, hang = _c_kernel(tmp_path, "crash", "volatile int *p = 0; return *p;"), \
         _c_kernel(tmp_path, "hang", "for (;;) {}")
     runner = make_device_runner(device=dev.name, fleet=fleet.fleet_yaml, target="host", known_hosts=kh,
-                                number=1, repeat=1, min_repeat_ms=0, threads=1, timeout_s=3)
+                                options=RunnerOptions(number=1, repeat=1, min_repeat_ms=0, threads=1, timeout_s=3))
     t0 = time.monotonic()
     try:
         res = _results(runner, _inputs([str(garbage), str(crash), str(hang), paths[0],
@@ -173,7 +173,7 @@ def test_broken_crashing_and_hanging_candidates_fail_naming_the_device(loop, can
 def _c_kernel(tmp_path: Path, name: str, body: str) -> Path:
     """A library exporting `main` the way TVM-built kernels do (__tvm_ffi_main), doing `body`."""
     src = tmp_path / f"{name}.c"
-    src.write_text("int __tvm_ffi_main(void *self, const void *args, int n, void *rv) { %s }\n" % body)
+    src.write_text(f"int __tvm_ffi_main(void *self, const void *args, int n, void *rv) {{ {body} }}\n")
     out = tmp_path / f"{name}.so"
     subprocess.run(["gcc", "-O0", "-shared", "-fPIC", str(src), "-o", str(out)], check=True)
     return out
@@ -201,7 +201,7 @@ def test_unreachable_device_and_unknown_host_key_fail_fast(loop, candidates, tmp
         for name, kh_file, why in (("gone-pi", kh, "unreachable"), ("mute-pi", kh, "unreachable"),
                                    ("strange-pi", empty_kh, "unknown host key")):
             runner = make_device_runner(device=name, fleet=yaml, target="host", known_hosts=kh_file,
-                                        timeout_s=30, connect_timeout_s=2)
+                                        options=RunnerOptions(timeout_s=30, connect_timeout_s=2))
             t0 = time.monotonic()
             try:
                 res = _results(runner, _inputs(paths, args_info))
@@ -232,7 +232,7 @@ def test_tune_tir_runs_through_the_device_runner(loop, host, tmp_path):
     fleet, kh = loop
     dev = fleet.devices[0]
     runner = make_device_runner(device=dev.name, fleet=fleet.fleet_yaml, target=host, known_hosts=kh,
-                                number=2, repeat=2, min_repeat_ms=1, threads=1, timeout_s=60)
+                                options=RunnerOptions(number=2, repeat=2, min_repeat_ms=1, threads=1, timeout_s=60))
     builder = _builder(host)
     from edge_sdk.tune.session import metaschedule_logging
 
@@ -323,7 +323,8 @@ def test_pi3_candidates_are_timed_on_an_emulated_pi():
     try:
         kh = fleet.root / "known_hosts"
         runner = make_device_runner(device=fleet.devices[0].name, fleet=fleet.fleet_yaml, target="pi3",
-                                    known_hosts=kh, number=1, repeat=2, min_repeat_ms=0, threads=1, timeout_s=300)
+                                    known_hosts=kh, options=RunnerOptions(number=1, repeat=2, min_repeat_ms=0,
+                                                                          threads=1, timeout_s=300))
         try:
             res = _results(runner, _inputs(paths, list(ms.arg_info.ArgInfo.from_prim_func(func))))
         finally:
@@ -349,4 +350,4 @@ def test_unknown_device_and_bad_options_are_usage_errors(loop):
     with pytest.raises(UsageError, match="no device 'loop9'"):
         make_device_runner(device="loop9", fleet=fleet.fleet_yaml, target="host", known_hosts=kh)
     with pytest.raises(UsageError, match="repeat must be an integer >= 1"):
-        make_device_runner(device="loop1", fleet=fleet.fleet_yaml, target="host", known_hosts=kh, repeat=0)
+        make_device_runner(device="loop1", fleet=fleet.fleet_yaml, target="host", known_hosts=kh, options=RunnerOptions(repeat=0))

@@ -167,6 +167,26 @@ def activation_step(a_bits: int) -> float:
     return 2.0 ** (1 - a_bits)
 
 
+@dataclass(frozen=True)
+class Binarization:
+    """How a zoo network is binarized: weight and activation bit widths, shift normalization (the glue's
+    power-of-two form, module docstring) and the stem ("int8" or "float32")."""
+
+    a_bits: int
+    w_bits: int
+    shiftnorm: bool = True
+    stem: str = DEFAULT_STEM
+
+    @property
+    def step(self) -> float:
+        return activation_step(self.a_bits)
+
+    def check(self, model: str) -> None:
+        if self.a_bits not in (1, 2, 3) or self.w_bits not in (1, 2):
+            raise ModelError(f"binarized {model}: w{self.w_bits}a{self.a_bits} is not supported "
+                             "(weights 1-2 bits, activations 1-3)")
+
+
 def _bn(w: _Weights, name: str, cout: int) -> tuple[np.ndarray, ...]:
     return tuple(w.get(f"{name}.bn.{k}", (cout,), kind=k).astype(np.float64) for k in ("gamma", "beta", "mean", "var"))
 
@@ -225,8 +245,8 @@ def _stem_extra(stem: str, wt, b, step: float) -> dict:
     return _int8_stem(wt, b, step=step) if stem == "int8" else {}
 
 
-def _bin_conv(w: _Weights, name: str, in_shape, cout: int, k: int, stride: int, *, a_bits: int, w_bits: int,
-              step: float, shiftnorm: bool) -> BinConv:
+def _bin_conv(w: _Weights, name: str, in_shape, cout: int, k: int, stride: int, bits: Binarization) -> BinConv:
+    a_bits, w_bits, step, shiftnorm = bits.a_bits, bits.w_bits, bits.step, bits.shiftnorm
     n, h, wd, cin = in_shape
     wf = w.get(f"{name}.weight", (k, k, cin, cout), fan_in=k * k * cin)
     gamma, beta, mean, var = _bn(w, name, cout)
@@ -250,22 +270,22 @@ def _bin_conv(w: _Weights, name: str, in_shape, cout: int, k: int, stride: int, 
                    out_bits=a_bits, glue=glue, mult=mult.astype(np.float32), bias_half=bias_half.astype(np.float32))
 
 
-def binarized_resnet18(*, alpha: float, resolution: int, classes: int, a_bits: int, w_bits: int,
-                       weights: Path | None = None, seed: int = 0, shiftnorm: bool = True,
-                       stem: str = DEFAULT_STEM) -> BinarizedNet:
-    """The zoo's ResNet18 (same weight names and seeded draw order) in the Riptide layout."""
-    if a_bits not in (1, 2, 3) or w_bits not in (1, 2):
-        raise ModelError(f"binarized resnet18: w{w_bits}a{a_bits} is not supported (weights 1-2 bits, activations 1-3)")
+def binarized_resnet18(*, alpha: float, resolution: int, classes: int, weights: Path | None = None, seed: int = 0,
+                       **binarization) -> BinarizedNet:
+    """The zoo's ResNet18 (same weight names and seeded draw order) in the Riptide layout; `binarization`:
+    the fields of Binarization (a_bits, w_bits, shiftnorm, stem)."""
+    bits = Binarization(**binarization)
+    bits.check("resnet18")
+    a_bits, w_bits, shiftnorm, step = bits.a_bits, bits.w_bits, bits.shiftnorm, bits.step
     w = _Weights(weights, seed)
     c = lambda ch: max(8, int(ch * alpha))  # noqa: E731  (the zoo's channel rule)
-    step = activation_step(a_bits)
     n, res = 1, resolution
     c1 = c(64)
     wt = w.get("conv1.weight", (7, 7, 3, c1), fan_in=7 * 7 * 3)
     gamma, beta, mean, var = _bn(w, "conv1", c1)
     s = gamma / np.sqrt(var + BN_EPS)
     sw, sb = _snap_stem(wt * s, beta - mean * s)
-    extra = _stem_extra(stem, wt * s, beta - mean * s, step)
+    extra = _stem_extra(bits.stem, wt * s, beta - mean * s, step)
     ph, pw = same_padding(res, 7, 2), same_padding(res, 7, 2)
     h = -(-res // 2)
     qh = same_padding(h, 3, 2)
@@ -273,16 +293,15 @@ def binarized_resnet18(*, alpha: float, resolution: int, classes: int, a_bits: i
     stem = Stem(weight=sw, bias=sb, stride=2, pad=(ph[0], pw[0], ph[1], pw[1]), pool=3, pool_stride=2,
                 pool_pad=(qh[0], qh[0], qh[1], qh[1]), out_shape=shape, **extra)
     blocks = []
-    kw = dict(a_bits=a_bits, w_bits=w_bits, step=step, shiftnorm=shiftnorm)
     for stage, ch in enumerate([64, 128, 256, 512], start=1):
         for j in range(2):
             stride = 2 if (j == 0 and stage > 1) else 1
             name = f"layer{stage}.{j}"
-            conv1 = _bin_conv(w, f"{name}.conv1", shape, c(ch), 3, stride, **kw)
-            conv2 = _bin_conv(w, f"{name}.conv2", conv1.out_shape, c(ch), 3, 1, **kw)
+            conv1 = _bin_conv(w, f"{name}.conv1", shape, c(ch), 3, stride, bits)
+            conv2 = _bin_conv(w, f"{name}.conv2", conv1.out_shape, c(ch), 3, 1, bits)
             down = None
             if stride != 1 or shape[3] != c(ch):
-                down = _bin_conv(w, f"{name}.downsample", shape, c(ch), 1, stride, **kw)
+                down = _bin_conv(w, f"{name}.downsample", shape, c(ch), 1, stride, bits)
             blocks.append(Block(name=name, conv1=conv1, conv2=conv2, down=down))
             shape = conv2.out_shape
     fc_w = w.get("fc.weight", (shape[3], classes), fan_in=shape[3], kind="fc")
@@ -292,12 +311,13 @@ def binarized_resnet18(*, alpha: float, resolution: int, classes: int, a_bits: i
                         fc_bias=fc_b, a_bits=a_bits, w_bits=w_bits, step=step, shiftnorm=shiftnorm)
 
 
-def binarized_mobilenet_v1(*, alpha: float, resolution: int, classes: int, a_bits: int, w_bits: int,
-                           weights: Path | None = None, seed: int = 0, shiftnorm: bool = True,
-                           stem: str = DEFAULT_STEM) -> BinarizedNet:
-    """The zoo's MobileNetV1 with bitserial pointwise convs and float depthwise ones (module docstring)."""
-    if a_bits not in (1, 2, 3) or w_bits not in (1, 2):
-        raise ModelError(f"binarized mobilenet_v1: w{w_bits}a{a_bits} is not supported (weights 1-2 bits, activations 1-3)")
+def binarized_mobilenet_v1(*, alpha: float, resolution: int, classes: int, weights: Path | None = None,
+                           seed: int = 0, **binarization) -> BinarizedNet:
+    """The zoo's MobileNetV1 with bitserial pointwise convs and float depthwise ones (module docstring);
+    `binarization`: the fields of Binarization (a_bits, w_bits, shiftnorm, stem)."""
+    bits = Binarization(**binarization)
+    bits.check("mobilenet_v1")
+    a_bits, w_bits, shiftnorm = bits.a_bits, bits.w_bits, bits.shiftnorm
     w = _Weights(weights, seed)
     c = lambda ch: int(ch * alpha)  # noqa: E731  (the zoo's channel rule)
     step, qmax = activation_step(a_bits), (1 << a_bits) - 1
@@ -306,7 +326,7 @@ def binarized_mobilenet_v1(*, alpha: float, resolution: int, classes: int, a_bit
     gamma, beta, mean, var = _bn(w, "conv1", c1)
     sc = gamma / np.sqrt(var + BN_EPS)
     sw, sb = _snap_stem(wt * sc, beta - mean * sc)
-    extra = _stem_extra(stem, wt * sc, beta - mean * sc, step)
+    extra = _stem_extra(bits.stem, wt * sc, beta - mean * sc, step)
     ph = same_padding(resolution, 3, 2)
     shape = (1, h, h, c1)
     stem = Stem(weight=sw, bias=sb, stride=2, pad=(ph[0], ph[0], ph[1], ph[1]), pool=0, pool_stride=1,
@@ -323,8 +343,7 @@ def binarized_mobilenet_v1(*, alpha: float, resolution: int, classes: int, a_bit
         p = same_padding(hh, 3, stride)
         dw = FloatDw(name=f"dw{i}", weight=dw_w, bias=dw_b, stride=stride, pad=(p[0], p[0], p[1], p[1]),
                      out_shape=(n, -(-hh // stride), -(-ww // stride), cin))
-        pw = _bin_conv(w, f"pw{i}", dw.out_shape, c(ch), 1, 1, a_bits=a_bits, w_bits=w_bits, step=step,
-                       shiftnorm=shiftnorm)
+        pw = _bin_conv(w, f"pw{i}", dw.out_shape, c(ch), 1, 1, bits)
         blocks.append(DwPw(name=f"block{i}", dw=dw, pw=pw))
         shape = pw.out_shape
     fc_w = w.get("fc.weight", (shape[3], classes), fan_in=shape[3], kind="fc")

@@ -91,43 +91,45 @@ def export_for(target: Target | str) -> Callable:
     return _Export(target.name)
 
 
-def make_device_runner(*, device: str, fleet: Path, target: Target | str | None = None,
-                       known_hosts: Path | None = None, number: int = 3, repeat: int = 3, warmup: int = 1,
-                       min_repeat_ms: float = 20.0, threads: int = 1, timeout_s: float = 60.0,
-                       connect_timeout_s: float = 10.0):
-    """A MetaSchedule runner timing candidates on fleet device `device`.
+@dataclass(frozen=True)
+class RunnerOptions:
+    """How a device runner times a candidate: each run_secs has `repeat` entries, seconds per call
+    averaged over `number` calls (more when a repeat would take under min_repeat_ms), after
+    max(warmup, 1) untimed calls. `threads` is the device runtime's thread pool size: 1 by default, as
+    `edge-sdk run` and `bench` run models (a schedule tuned at one thread count need not win at
+    another). `timeout_s` bounds one candidate's edge-runner on the device (load, warm-up and every
+    repeat; the device kills it then); `connect_timeout_s` bounds reaching the device."""
 
-    Each candidate's run_secs has `repeat` entries, seconds per call averaged over `number` calls
-    (more when a repeat would take under min_repeat_ms), after max(warmup, 1) untimed calls. `threads`
-    is the device runtime's thread pool size: 1 by default, as `edge-sdk run` and `bench` run models
-    (a schedule tuned at one thread count need not win at another). `timeout_s` bounds one
-    candidate's edge-runner on the device (load, warm-up and every repeat; the device kills it
-    then); `connect_timeout_s` bounds reaching the device. `target` (default: the
-    device's target in the fleet file) must match the device's architecture."""
+    number: int = 3
+    repeat: int = 3
+    warmup: int = 1
+    min_repeat_ms: float = 20.0
+    threads: int = 1
+    timeout_s: float = 60.0
+    connect_timeout_s: float = 10.0
+
+    def __post_init__(self):
+        for name, lo in (("number", 1), ("repeat", 1), ("warmup", 0), ("threads", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < lo:
+                raise UsageError(f"device runner: {name} must be an integer >= {lo}, got {value!r}")
+        if not (self.timeout_s > 0 and self.connect_timeout_s > 0 and self.min_repeat_ms >= 0):
+            raise UsageError("device runner: timeout_s and connect_timeout_s must be > 0, min_repeat_ms >= 0")
+        for name in ("min_repeat_ms", "timeout_s", "connect_timeout_s"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+
+
+DEFAULT_OPTIONS = RunnerOptions()
+
+
+def make_device_runner(*, device: str, fleet: Path, target: Target | str | None = None,
+                       known_hosts: Path | None = None, options: RunnerOptions = DEFAULT_OPTIONS):
+    """A MetaSchedule runner timing candidates on fleet device `device` (as RunnerOptions says).
+    `target` (default: the device's target in the fleet file) must match the device's architecture."""
     devices = load_fleet(fleet).select(device=device)
     dev = devices[0]
     tgt = get_target(target or dev.target) if not isinstance(target, Target) else target
-    for name, value, lo in (("number", number, 1), ("repeat", repeat, 1), ("warmup", warmup, 0),
-                            ("threads", threads, 1)):
-        if not isinstance(value, int) or value < lo:
-            raise UsageError(f"device runner: {name} must be an integer >= {lo}, got {value!r}")
-    if not (timeout_s > 0 and connect_timeout_s > 0 and min_repeat_ms >= 0):
-        raise UsageError("device runner: timeout_s and connect_timeout_s must be > 0, min_repeat_ms >= 0")
-    opts = _Options(number=number, repeat=repeat, warmup=warmup, min_repeat_ms=float(min_repeat_ms),
-                    threads=threads, timeout_s=float(timeout_s),
-                    connect_timeout_s=float(connect_timeout_s))
-    return DeviceRunner(dev, tgt, known_hosts=known_hosts, options=opts)
-
-
-@dataclass(frozen=True)
-class _Options:
-    number: int
-    repeat: int
-    warmup: int
-    min_repeat_ms: float
-    threads: int
-    timeout_s: float
-    connect_timeout_s: float
+    return DeviceRunner(dev, tgt, known_hosts=known_hosts, options=options)
 
 
 @derived_object
@@ -154,7 +156,7 @@ class _Batch:
 class _Session:
     """The SSH side, used only on the runner's worker thread."""
 
-    def __init__(self, device: Device, target: Target, known_hosts: Path | None, opts: _Options):
+    def __init__(self, device: Device, target: Target, known_hosts: Path | None, opts: RunnerOptions):
         self.device, self.target, self.known_hosts, self.opts = device, target, known_hosts, opts
         self.scratch = posixpath.join(REMOTE_ROOT, f"{_SCRATCH_PREFIX}{uuid.uuid4().hex[:12]}")
         self.conn: Connection | None = None
@@ -269,7 +271,7 @@ def _shutdown(pool: ThreadPoolExecutor, session: _Session) -> None:
 class DeviceRunner(PyRunner):
     """The runner make_device_runner returns; `close()` removes the scratch folder and disconnects."""
 
-    def __init__(self, device: Device, target: Target, *, known_hosts: Path | None, options: _Options):
+    def __init__(self, device: Device, target: Target, *, known_hosts: Path | None, options: RunnerOptions):
         super().__init__()
         self.device, self.target, self.options = device, target, options
         self._session = _Session(device, target, known_hosts, options)
