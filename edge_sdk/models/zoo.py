@@ -93,8 +93,9 @@ class _Net:
 
         return self.relax.const(tvm.runtime.tensor(np.ascontiguousarray(arr, np.float32)))
 
-    def conv(self, x, name, cout, k, stride=1, *, depthwise=False, act="relu6", bn=True, bias=False):
-        """conv (or depthwise) -> folded BN or bias -> activation ("relu", "relu6" or None)."""
+    def conv(self, x, name, cout, k, stride=1, *, depthwise=False, act="relu6", norm="bn"):
+        """conv (or depthwise) -> `norm` ("bn": folded BN; "bias"; None) -> activation ("relu", "relu6" or None)."""
+        bn, bias = norm == "bn", norm == "bias"
         op = self.relax.op
         n, h, w, cin = self.shape
         if depthwise:
