@@ -117,19 +117,22 @@ def test_json_schema_store_and_missing_peers(isolated, capsys):
         assert {"engine", "variant", "family", "threads", "status", "detail", "latency_ms", "golden"} <= set(row)
         assert row["status"] in (B.OK, B.WRONG, B.FAILED, B.UNAVAILABLE)
     ours = [r for r in js["rows"] if r["engine"] == "edge-sdk"]
-    peers = [r for r in js["rows"] if r["engine"] != "edge-sdk"]
+    peers = [r for r in js["rows"] if r["engine"] not in ("edge-sdk", "ncnn")]
     assert [r["status"] for r in ours] == ["ok"] and ours[0]["latency_ms"]["median"] > 0
     assert {r["engine"] for r in peers} == {"litert", "onnxruntime"}  # LCE is for resnet18 only
     assert all(r["status"] == "unavailable" and "tools/setup_peers.sh" in r["detail"] for r in peers)
+    ncnn = [r for r in js["rows"] if r["engine"] == "ncnn"]  # needs no peers folder: our zoo model, written for ncnn
+    assert [(r["variant"], r["status"]) for r in ncnn] == [("float32", "ok"), ("int8", "ok")]
     try:
         from edge_sdk.results.store import ResultsStore
     except ImportError:
         assert "skipped" in js["store"]["note"]
         return
-    assert js["store"]["written"] == 1
+    assert js["store"]["written"] == 3  # ours and the two ncnn rows
     with ResultsStore(db) as store:
         runs = store.query(model="mobilenet_v1")
-    assert [(r["variant"], r["threads"], r["golden_ok"]) for r in runs] == [("float32", 1, 1)]
+    assert sorted((r["variant"], r["threads"]) for r in runs) == [("float32", 1), ("ncnn-float32", 1), ("ncnn-int8", 1)]
+    assert [r["golden_ok"] for r in runs if r["variant"] == "float32"] == [1]
 
 
 def test_peer_key_and_usage_errors(tiny):

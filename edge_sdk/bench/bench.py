@@ -156,7 +156,7 @@ def _int8_source(model, variant):
 def run_bench(model, *, variants: list[str], target: str = "host", threads: list[int] = (1,),
               peers: bool = False, emulate: str | None = None, memory: bool = False, warmup: int = 3, repeat: int = 5,
               min_time_ms: float = 1000.0, rounds: int = 3, seed: int = 0,
-              progress: Callable[[str], None] | None = None) -> BenchResult:
+              progress: Callable[[str], None] | None = None, ncnn_models: Path | None = None) -> BenchResult:
     """Compile (or reuse), run and compare; every failure becomes a row status, never an exception.
 
     Timing is split into `rounds` passes over all rows (each min_time_ms / rounds long), so that
@@ -218,11 +218,12 @@ def run_bench(model, *, variants: list[str], target: str = "host", threads: list
         if inputs:
             npy = Path(tmp) / "input.npy"
             np.save(npy, inputs[0], allow_pickle=False)
+        run = peers_mod.PeerRun(tuple(threads), tgt, emulate_cpu, npy, warmup=warmup, repeat=repeat,
+                                min_time_ms=slice_ms, say=say, ncnn_models=ncnn_models)
         if peers and caches is not None:
-            rows += E.peer_rows_with_memory(peers_mod, caches, key, threads, tgt, emulate_cpu, npy, say=say)
+            rows += E.peer_rows_with_memory(peers_mod, caches, key, run)
         elif peers:
-            rows += peers_mod.peer_rows(key, threads, tgt, emulate_cpu, npy, warmup=warmup, repeat=repeat,
-                                        min_time_ms=slice_ms, say=say)
+            rows += peers_mod.peer_rows(key, run)
         _more_rounds(rows, rounds, key=key, input_npy=npy, warmup=warmup, min_time_ms=slice_ms, say=say)
     finish_latencies(rows)
     ratios(rows)

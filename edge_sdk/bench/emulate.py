@@ -381,11 +381,14 @@ def memory_row(count: Count, *, target) -> dict | None:
                                      clock_ghz=target.clock_ghz, mem_gbps=target.mem_gbps)
 
 
-def peer_rows_with_memory(peers_mod, caches: CacheConfig, key, threads, tgt, emulate_cpu, npy, *, say) -> list:
-    """bench/peers.py's counted rows, with the cache misses its count_litert calls also measured."""
+def peer_rows_with_memory(peers_mod, caches: CacheConfig, key, run) -> list:
+    """bench/peers.py's counted rows (run: its PeerRun), with the cache misses its count_litert and
+    count_ncnn calls also measured."""
+    from dataclasses import replace
+
     with memory_session(caches) as seen:
-        rows = peers_mod.peer_rows(key, threads, tgt, emulate_cpu, npy, warmup=0, repeat=1, min_time_ms=0, say=say)
+        rows = peers_mod.peer_rows(key, replace(run, warmup=0, repeat=1, min_time_ms=0))
     for r in rows:
         c = seen.get(str(r.package)) if r.package else None
-        r.memory = memory_row(c, target=tgt) if c is not None and r.status == "ok" else None
+        r.memory = memory_row(c, target=run.target) if c is not None and r.status == "ok" else None
     return rows

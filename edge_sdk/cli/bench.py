@@ -22,7 +22,11 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--target", default="host", help=f"{', '.join(TARGET_NAMES)}: host (default) or a Pi target "
                    "(run under qemu here)")
     p.add_argument("--threads", default="1", help="comma-separated thread counts, e.g. 1,2 (default 1)")
-    p.add_argument("--peers", action="store_true", help="also time LiteRT, ONNX Runtime and LCE (tools/setup_peers.sh)")
+    p.add_argument("--peers", action="store_true", help="also time LiteRT, ONNX Runtime, LCE (tools/setup_peers.sh) "
+                   "and ncnn")
+    p.add_argument("--ncnn-models", type=Path, metavar="DIR", help="with --peers: benchncnn's network definitions "
+                   "by name (mobilenet.param, mobilenet_int8.param, mobilenet_v2.param, resnet18.param, ...) for the "
+                   "full-size zoo models (default: the copies shipped in edge_sdk/bench/ncnn_models)")
     p.add_argument("--emulate", metavar="TARGET", help="count aarch64 instructions per inference under qemu "
                    f"instead of timing, for {', '.join(n for n in TARGET_NAMES if n != 'host')} "
                    "(tools/build_qemu_plugins.sh)")
@@ -48,6 +52,8 @@ def _check(args) -> None:
         raise UsageError("--db and --no-store contradict each other")
     if bool(args.device) != bool(args.fleet):
         raise UsageError("--device and --fleet go together: name a device of a fleet file")
+    if args.ncnn_models is not None and not (args.peers and args.ncnn_models.is_dir()):
+        raise UsageError(f"--ncnn-models {args.ncnn_models}: " + ("not a directory" if args.peers else "needs --peers"))
     if args.device and (args.peers or args.emulate or args.memory or args.target != "host"):
         raise UsageError("--device runs on the device's own target: drop --peers, --emulate, --memory and --target")
 
@@ -74,7 +80,8 @@ def drive_bench(args) -> int:
         else:
             result = run_bench(model, variants=variants, target=args.target, threads=threads, peers=args.peers,
                                emulate=args.emulate, memory=args.memory, warmup=args.warmup, repeat=args.repeat,
-                               min_time_ms=args.min_time_ms, rounds=args.rounds, seed=args.seed, progress=progress)
+                               min_time_ms=args.min_time_ms, rounds=args.rounds, seed=args.seed, progress=progress,
+                               ncnn_models=args.ncnn_models)
     result.options["seconds"] = round(time.perf_counter() - t0, 1)
     result.store = {"written": 0, "note": "--no-store"} if args.no_store else record(result, db=args.db)
     if args.json:
