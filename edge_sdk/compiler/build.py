@@ -142,50 +142,58 @@ def compile_model(model: Model, *, variant: Variant, target: Target, out: Path,
     extra = {"tuning": tuning_records(target, use=use_tuning, extra=list(tuning_roots))} \
         if variant.family == "float" else {}
     low = _backend(variant.family)(model, variant, target, progress=say, seed=seed, **extra)
-    ex, params, x, golden = low.executable, low.params, low.golden_input, low.golden_output
     layers = low.layers if low.layers is not None else layers
     seconds["build"] = time.perf_counter() - t0
 
-    import tvm
-
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="edgepkg-") as tmp:
-        tmpd = Path(tmp)
-        say("exporting library" + (f" with {target.cross_cc}" if target.cross_cc else ""))
-        lib = tmpd / "model.so"
-        if fcompile is None:
-            ex.export_library(str(lib))
-        else:
-            ex.export_library(str(lib), fcompile=fcompile)
-        params_file = tmpd / "params.bin"
-        tvm.runtime.save_param_dict_to_file({k: tvm.runtime.tensor(v) for k, v in params.items()}, str(params_file))
-        (tmpd / "golden_input.npy").write_bytes(npy_bytes(x))
-        (tmpd / "golden_output.npy").write_bytes(npy_bytes(golden))
-        manifest = {
-            "model": {"name": model.name, "source": model.source, "options": model.options},
-            "variant": variant.name,
-            "target": {"name": target.name, "arch": target.arch, "llvm": target.llvm,
-                       "cores": target.cores, "clock_ghz": target.clock_ghz,
-                       "peak_gflops": target.peak_gflops, "mem_gbps": target.mem_gbps},
-            "versions": versions(),
-            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "input": {"name": model.input_name, "shape": list(x.shape), "dtype": str(x.dtype),
-                      "layout": model.layout, "preprocess": model.preprocess.to_json(),
-                      "quantization": low.input_quantization},
-            "output": {"shape": list(golden.shape), "dtype": str(golden.dtype)},
-            "labels": model.labels,
-            "params": {"count": len(params), "bytes": int(sum(v.nbytes for v in params.values()))},
-            "layers": layers,
-            "totals": {"flops": int(sum(r["flops"] for r in layers)),
-                       "bytes": int(sum(r["bytes_read"] + r["bytes_written"] for r in layers))},
-            "golden": {"reference": low.reference, "seed": seed, "rtol": low.rtol, "atol": low.atol},
-            "tuning": low.tuning,
-            "variant_info": {"family": variant.family, "weight_bits": variant.weight_bits,
-                             "activation_bits": variant.activation_bits, **(low.extra or {})},
-        }
-        files = {n: tmpd / n for n in ("model.so", "params.bin", "golden_input.npy", "golden_output.npy")}
-        write_package(out, manifest=manifest, files=files)
+        files = _export(Path(tmp), target, low, fcompile=fcompile, say=say)
+        write_package(out, manifest=_manifest(model, variant, target, low, layers=layers, seed=seed), files=files)
     seconds["package"] = time.perf_counter() - t0
     from edge_sdk.package import read_manifest
 
     return CompileResult(package=out, manifest=read_manifest(out), seconds=seconds)
+
+
+def _export(tmpd: Path, target: Target, low: Lowered, *, fcompile, say) -> dict[str, Path]:
+    """The package's files in tmpd: the library (cross-linked by fcompile), params, the golden pair."""
+    import tvm
+
+    say("exporting library" + (f" with {target.cross_cc}" if target.cross_cc else ""))
+    lib = tmpd / "model.so"
+    if fcompile is None:
+        low.executable.export_library(str(lib))
+    else:
+        low.executable.export_library(str(lib), fcompile=fcompile)
+    tvm.runtime.save_param_dict_to_file({k: tvm.runtime.tensor(v) for k, v in low.params.items()},
+                                        str(tmpd / "params.bin"))
+    (tmpd / "golden_input.npy").write_bytes(npy_bytes(low.golden_input))
+    (tmpd / "golden_output.npy").write_bytes(npy_bytes(low.golden_output))
+    return {n: tmpd / n for n in ("model.so", "params.bin", "golden_input.npy", "golden_output.npy")}
+
+
+def _manifest(model: Model, variant: Variant, target: Target, low: Lowered, *, layers: list[dict],
+              seed: int) -> dict:
+    x, golden, params = low.golden_input, low.golden_output, low.params
+    return {
+        "model": {"name": model.name, "source": model.source, "options": model.options},
+        "variant": variant.name,
+        "target": {"name": target.name, "arch": target.arch, "llvm": target.llvm,
+                   "cores": target.cores, "clock_ghz": target.clock_ghz,
+                   "peak_gflops": target.peak_gflops, "mem_gbps": target.mem_gbps},
+        "versions": versions(),
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "input": {"name": model.input_name, "shape": list(x.shape), "dtype": str(x.dtype),
+                  "layout": model.layout, "preprocess": model.preprocess.to_json(),
+                  "quantization": low.input_quantization},
+        "output": {"shape": list(golden.shape), "dtype": str(golden.dtype)},
+        "labels": model.labels,
+        "params": {"count": len(params), "bytes": int(sum(v.nbytes for v in params.values()))},
+        "layers": layers,
+        "totals": {"flops": int(sum(r["flops"] for r in layers)),
+                   "bytes": int(sum(r["bytes_read"] + r["bytes_written"] for r in layers))},
+        "golden": {"reference": low.reference, "seed": seed, "rtol": low.rtol, "atol": low.atol},
+        "tuning": low.tuning,
+        "variant_info": {"family": variant.family, "weight_bits": variant.weight_bits,
+                         "activation_bits": variant.activation_bits, **(low.extra or {})},
+    }
