@@ -212,3 +212,21 @@ def test_an_eval_run_feeds_the_accuracy_chart_without_hiding_the_latency_run(tmp
     assert [r["run_id"] for r in d["latency"]] == [bench]
     assert [(p["run_id"], p["accuracy"], p["top5"], p["images"], p["median_ms"]) for p in d["accuracy"]] == [
         (ev, 0.97, 1.0, 360, 20.0)]
+
+
+def test_the_package_cache_key_covers_preprocessing_and_labels(tmp_path):
+    """The manifest carries both, so a cached package with other preprocessing must not be served."""
+    import dataclasses
+
+    from edge_sdk.compiler.cache import package_path
+    from edge_sdk.models.zoo import build_zoo_model
+    from edge_sdk.targets import get_target
+    from edge_sdk.variants import get_variant
+
+    m = build_zoo_model("mobilenet_v1", alpha=0.25, resolution=32, classes=4)
+    v, t = get_variant("float32"), get_target("host")
+    base = package_path(m, v, t, folder=tmp_path)
+    m.preprocess = dataclasses.replace(m.preprocess, interpolation="area")
+    area = package_path(m, v, t, folder=tmp_path)
+    m.labels = ["a", "b", "c", "d"]
+    assert len({base, area, package_path(m, v, t, folder=tmp_path)}) == 3

@@ -56,7 +56,8 @@ def tuning_digest(variant, *, use_tuning: bool = True, tuning_roots: Sequence[Pa
 def _model_identity(model) -> dict:
     src = Path(model.source) if model.source and not model.source.startswith("zoo:") else None
     return {"model": model.name, "source": model.source, "options": model.options,
-            "file_sha256": hashlib.sha256(src.read_bytes()).hexdigest() if src and src.is_file() else None}
+            "file_sha256": hashlib.sha256(src.read_bytes()).hexdigest() if src and src.is_file() else None,
+            "preprocess": model.preprocess.to_json(), "labels": model.labels}  # both go into the manifest
 
 
 def package_key(model, variant, target, *, seed: int = 0, use_tuning: bool = True,
