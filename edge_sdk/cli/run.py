@@ -59,8 +59,8 @@ def drive_remote_run(args) -> int:
     if args.repeat < 1 or args.threads < 1 or args.warmup < 0:
         raise UsageError("--repeat and --threads must be >= 1, --warmup >= 0")
     _, devices = select_devices(argparse.Namespace(fleet=args.fleet, device=args.device))
-    res = run_remote(devices[0], args.package, input_path=args.input, repeat=args.repeat, warmup=args.warmup,
-                     threads=args.threads, k=args.top, known_hosts=known_hosts(args))
+    res = run_remote(devices[0], args.package, RemoteRun(input_path=args.input, repeat=args.repeat, warmup=args.warmup,
+                                                         threads=args.threads, k=args.top), known_hosts=known_hosts(args))
     if args.json:
         print_json(res)
     else:

@@ -15,10 +15,10 @@ from edge_sdk.fleet.ssh import Connection, Result, default_known_hosts, edge_sdk
 from edge_sdk.fleet.group import DeviceResult, FleetResults, GroupError, for_each_device
 from edge_sdk.fleet.trust import DeviceStatus, ModelState, TrustRecord, fleet_status, status, trust
 from edge_sdk.fleet.deploy import DeployFailed, DeviceDeploy, LocalBundle, LocalPackage, PackageOutcome, deploy
-from edge_sdk.fleet.remote import rollback, run_remote
+from edge_sdk.fleet.remote import RemoteRun, rollback, run_remote
 
 __all__ = [
-    "Connection", "DeployFailed", "Deployment", "DeviceDeploy", "LocalBundle", "LocalPackage", "PackageOutcome",
+    "Connection", "DeployFailed", "Deployment", "DeviceDeploy", "LocalBundle", "LocalPackage", "PackageOutcome", "RemoteRun",
     "deploy", "rollback", "run_remote", "Device", "DeviceResult", "DeviceStatus", "Fleet", "FleetResults", "Group", "GroupError",
     "ModelState", "Result", "TrustRecord", "default_known_hosts", "edge_sdk_home", "fingerprint",
     "fleet_status", "for_each_device", "load_fleet", "parse_fleet", "status", "trust",

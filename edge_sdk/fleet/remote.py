@@ -1,6 +1,6 @@
 """Act on what deploy installed: run an installed package on its device, roll a model back.
 
-    result = run_remote(device, Path("m.edgepkg"), repeat=10)   # dict: latency, top-k, golden, device
+    result = run_remote(device, Path("m.edgepkg"), RemoteRun(repeat=10))   # dict: latency, top-k, golden, device
     rollback(device, "mobilenet_v1-float32")                    # current <-> previous, after a check
 
 Both use the device's own runtime (.edge-sdk/runtime/current/bin/edge-runner), so what is
@@ -12,6 +12,8 @@ import json
 import posixpath
 import tempfile
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,55 +27,83 @@ from edge_sdk.fleet.ssh import Connection
 from edge_sdk.package import MEMBERS
 
 
-def run_remote(device: Device, package: Path, *, input_path: Path | None = None, repeat: int = 10,
-               warmup: int = 1, threads: int = 1, k: int = 5, known_hosts=None, timeout: float = 1800,
-               profile: bool = False) -> dict:
-    """Run the package installed on `device` (found by its sha256) and report like `edge-sdk run --json`.
+@dataclass(frozen=True)
+class RemoteRun:
+    """How run_remote runs an installed package (`edge-sdk run PKG --device D`'s options).
 
-    `profile`: the runner's --profile (`repeat` more runs, every VM call timed), joined with the
-    manifest into per_layer_ms with the measured conv/glue split (runtime/profile.py), as a local run.
-    """
+    input_path: an .npy/image input instead of the golden input (then no --expect on the device);
+    profile: the runner's --profile (`repeat` more runs, every VM call timed), joined with the
+    manifest into per_layer_ms with the measured conv/glue split (runtime/profile.py), as a local run."""
+
+    input_path: Path | None = None
+    repeat: int = 10
+    warmup: int = 1
+    threads: int = 1
+    k: int = 5  # top-k classes reported
+    timeout: float = 1800
+    profile: bool = False
+
+
+def run_remote(device: Device, package: Path, how: RemoteRun | None = None, *, known_hosts=None,
+               connection_factory: Callable[..., Connection] = Connection) -> dict:
+    """Run the package installed on `device` (found by its sha256) and report like `edge-sdk run --json`."""
     from edge_sdk.package import open_package
-    from edge_sdk.run import load_input, top_k
+    from edge_sdk.run import load_input
 
+    how = how or RemoteRun()
     pkg = LocalPackage.load(package)
     with tempfile.TemporaryDirectory(prefix="edge-remote-run-") as tmp:
         local = open_package(Path(package), Path(tmp) / "pkg")
-        x = load_input(input_path, local) if input_path else None
-        install = posixpath.join(model_dir(pkg.name), pkg.sha256)
-        scratch = posixpath.join(model_dir(pkg.name), f".run.tmp-{uuid.uuid4().hex[:8]}")
-        with Connection(device, known_hosts=known_hosts) as conn:
-            if conn.run(["test", "-f", posixpath.join(install, "model.so")], check=False).exit_code != 0:
-                raise DeviceError(f"device {device}: {package.name} (sha256 {pkg.sha256[:12]}...) is not installed "
-                                  f"there", hint=f"edge-sdk deploy {package} --device {device.name} --fleet ...")
-            j = lambda name: posixpath.join(install, name)  # noqa: E731
-            conn.run(["mkdir", "-p", scratch])
-            try:
-                argv = [RUNNER, "--lib", j("model.so"), "--params", j("params.bin"), "--warmup", str(warmup),
-                        "--repeat", str(repeat), "--threads", str(threads),
-                        "--output", posixpath.join(scratch, "out.npy")] + (["--profile"] if profile else [])
-                if x is not None:
-                    np.save(Path(tmp) / "in.npy", np.ascontiguousarray(x), allow_pickle=False)
-                    conn.put(Path(tmp) / "in.npy", posixpath.join(scratch, "in.npy"))
-                    argv += ["--input", posixpath.join(scratch, "in.npy")]
-                else:
-                    argv += ["--input", j("golden_input.npy"), "--expect", j("golden_output.npy"),
-                             "--rtol", repr(pkg.rtol), "--atol", repr(pkg.atol)]
-                r = conn.run(argv, check=False, timeout=timeout)
-                if r.exit_code not in (0, 3):
-                    raise DeviceError(f"device {device}: edge-runner failed (exit {r.exit_code}): "
-                                      f"{r.stderr.strip()[-600:]}")
-                raw = json.loads(r.stdout.strip().splitlines()[-1])
-                conn.get(posixpath.join(scratch, "out.npy"), Path(tmp) / "out.npy")
-                golden = raw.get("golden") or check_golden_on_device(conn, install, pkg, runtime=CURRENT_RUNTIME)
-                arch = conn.run(["uname", "-m"]).stdout.strip()
-            finally:
-                conn.run(["rm", "-rf", scratch], check=False)
+        x = load_input(how.input_path, local) if how.input_path else None
+        with connection_factory(device, known_hosts=known_hosts) as conn:
+            raw, golden, arch = _run_installed(conn, pkg, x, how, Path(tmp))
         out = np.load(Path(tmp) / "out.npy", allow_pickle=False)
         m = local.manifest
+    return _report(device, package, m, raw, golden, arch, out, how)
+
+
+def _run_installed(conn: Connection, pkg: LocalPackage, x: np.ndarray | None, how: RemoteRun,
+                   tmp: Path) -> tuple[dict, dict, str]:
+    """edge-runner on the installed package (in a scratch folder the device keeps nothing of);
+    the output lands in tmp/out.npy. Returns (the runner's JSON, the golden entry, uname -m)."""
+    device = conn.device
+    install = posixpath.join(model_dir(pkg.name), pkg.sha256)
+    scratch = posixpath.join(model_dir(pkg.name), f".run.tmp-{uuid.uuid4().hex[:8]}")
+    if conn.run(["test", "-f", posixpath.join(install, "model.so")], check=False).exit_code != 0:
+        raise DeviceError(f"device {device}: {pkg.path.name} (sha256 {pkg.sha256[:12]}...) is not installed there",
+                          hint=f"edge-sdk deploy {pkg.path} --device {device.name} --fleet ...")
+    j = lambda name: posixpath.join(install, name)  # noqa: E731
+    conn.run(["mkdir", "-p", scratch])
+    try:
+        argv = [RUNNER, "--lib", j("model.so"), "--params", j("params.bin"), "--warmup", str(how.warmup),
+                "--repeat", str(how.repeat), "--threads", str(how.threads),
+                "--output", posixpath.join(scratch, "out.npy")] + (["--profile"] if how.profile else [])
+        if x is not None:
+            np.save(tmp / "in.npy", np.ascontiguousarray(x), allow_pickle=False)
+            conn.put(tmp / "in.npy", posixpath.join(scratch, "in.npy"))
+            argv += ["--input", posixpath.join(scratch, "in.npy")]
+        else:
+            argv += ["--input", j("golden_input.npy"), "--expect", j("golden_output.npy"),
+                     "--rtol", repr(pkg.rtol), "--atol", repr(pkg.atol)]
+        r = conn.run(argv, check=False, timeout=how.timeout)
+        if r.exit_code not in (0, 3):
+            raise DeviceError(f"device {device}: edge-runner failed (exit {r.exit_code}): {r.stderr.strip()[-600:]}")
+        raw = json.loads(r.stdout.strip().splitlines()[-1])
+        conn.get(posixpath.join(scratch, "out.npy"), tmp / "out.npy")
+        golden = raw.get("golden") or check_golden_on_device(conn, install, pkg, runtime=CURRENT_RUNTIME)
+        arch = conn.run(["uname", "-m"]).stdout.strip()
+    finally:
+        conn.run(["rm", "-rf", scratch], check=False)
+    return raw, golden, arch
+
+
+def _report(device: Device, package: Path, m: dict, raw: dict, golden: dict, arch: str, out: np.ndarray,
+            how: RemoteRun) -> dict:
+    from edge_sdk.run import top_k
+
     lat = np.asarray(raw["latencies_ms"])
     prof = {}
-    if profile and raw.get("profile"):
+    if how.profile and raw.get("profile"):
         from edge_sdk.runtime.profile import layer_times
 
         lp = layer_times(m["layers"], raw["profile"])
@@ -87,15 +117,16 @@ def run_remote(device: Device, package: Path, *, input_path: Path | None = None,
                        "p10": float(np.percentile(lat, 10)), "p90": float(np.percentile(lat, 90))},
         "load_ms": raw["load_ms"],
         "golden": {"ok": bool(golden["ok"]), "max_abs_err": golden["max_abs_err"]},
-        "top_k": [{"class": c, "label": lbl, "score": s} for c, lbl, s in top_k(out, m.get("labels"), k)],
+        "top_k": [{"class": c, "label": lbl, "score": s} for c, lbl, s in top_k(out, m.get("labels"), how.k)],
         "versions": {"tvm": raw["tvm_version"], "tvm_ffi": raw["tvm_ffi_version"]}, **prof,
     }
 
 
-def rollback(device: Device, model: str, *, known_hosts=None) -> dict:
+def rollback(device: Device, model: str, *, known_hosts=None,
+             connection_factory: Callable[..., Connection] = Connection) -> dict:
     """Make `previous` current again (and the current one previous), after checking the previous
     install's members and golden pair on the device; refuses when there is nothing to go back to."""
-    with Connection(device, known_hosts=known_hosts) as conn:
+    with connection_factory(device, known_hosts=known_hosts) as conn:
         names = _models(conn)
         if model not in names:
             raise UsageError(f"device {device}: no model '{model}' installed: "
@@ -127,7 +158,4 @@ ln -s "$3" ".previous.tmp-$4"; mv -T ".previous.tmp-$4" previous"""
 
 
 def _models(conn: Connection) -> list[str]:
-    try:
-        return sorted(a.filename for a in conn.sftp.listdir_attr(MODELS) if not a.filename.startswith("."))
-    except OSError:
-        return []
+    return sorted(name for name, _ in conn.listdir(MODELS) if not name.startswith("."))

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import paramiko
 
+from edge_sdk.errors import DeviceError, EdgeError
+from edge_sdk.fleet.config import Device
+
 # paramiko logs a cut connection from its transport thread; with no handler Python prints that to
 # stderr. The failure reaches the caller as a DeviceError, so keep the terminal clean.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
-
-from edge_sdk.errors import DeviceError, EdgeError
-from edge_sdk.fleet.config import Device
 
 
 def edge_sdk_home() -> Path:
@@ -168,7 +168,7 @@ class Connection:
             client.close()
             raise DeviceError(f"device {d}: authentication failed for user '{d.user}' with "
                               f"{d.key or 'the ssh agent / ~/.ssh keys'}: {e}") from None
-        except (socket.timeout, TimeoutError) as e:
+        except TimeoutError as e:  # socket.timeout is TimeoutError
             client.close()
             raise DeviceError(f"device {d}: unreachable: timed out after {self.connect_timeout:g} s ({e})") from None
         except (OSError, paramiko.SSHException, EOFError) as e:
@@ -188,7 +188,7 @@ class Connection:
 
     # -- commands ----------------------------------------------------------------------------
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = 60.0,
-            input: bytes | None = None) -> Result:
+            input: bytes | None = None) -> Result:  # noqa: A002 - subprocess.run's name
         """Run argv on the device (each argument shell-quoted); stdout/stderr are decoded UTF-8."""
         argv = tuple(os.fspath(a) for a in argv)
         if not argv:
@@ -204,18 +204,16 @@ class Connection:
             out, err, code = _collect(chan, timeout)
         except (OSError, paramiko.SSHException, EOFError) as e:
             self.close()  # a dead session: the next call reconnects rather than waiting on it
-            raise DeviceError(f"device {self.device}: `{_short(command)}` failed: the connection broke "
+            raise DeviceError(f"device {self.device}: `{short_command(command)}` failed: the connection broke "
                               f"({_why(e, self.io_timeout)})") from None
         if code is None:
-            raise DeviceError(f"device {self.device}: `{_short(command)}` timed out after {timeout:g} s")
+            raise DeviceError(f"device {self.device}: `{short_command(command)}` timed out after {timeout:g} s")
         if code == -1:  # paramiko's value when no exit status came: a cut connection or a signal
-            raise DeviceError(f"device {self.device}: `{_short(command)}` ended without an exit status "
+            raise DeviceError(f"device {self.device}: `{short_command(command)}` ended without an exit status "
                               f"(connection cut or command killed by a signal)")
         result = Result(argv, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), code)
         if check and code != 0:
-            tail = result.stderr.strip()[-800:] or result.stdout.strip()[-800:]
-            raise DeviceError(f"device {self.device}: `{_short(command)}` exited with {code}"
-                              + (f": {tail}" if tail else ""))
+            raise exit_error(self.device, command, result)
         return result
 
     # -- files -------------------------------------------------------------------------------
@@ -250,7 +248,7 @@ class Connection:
         except FileNotFoundError as e:
             self._remove_quietly(tmp)
             raise DeviceError(f"device {self.device}: cannot upload {local} to {remote_path}: {e}") from None
-        except (socket.timeout, TimeoutError, paramiko.SSHException, EOFError) as e:
+        except (TimeoutError, paramiko.SSHException, EOFError) as e:
             self.close()  # the session is dead or wedged; deploy's next step reconnects to clean up
             raise DeviceError(f"device {self.device}: upload of {local} to {remote_path} failed: the connection "
                               f"broke ({_why(e, self.io_timeout)})") from None
@@ -291,6 +289,13 @@ class Connection:
             return self.sftp.readlink(remote_path)
         except OSError:
             return None
+
+    def listdir(self, remote_path: str) -> list[tuple[str, int]]:
+        """(name, st_mode) of each entry of a remote folder, links not followed; [] if it cannot be read."""
+        try:
+            return [(a.filename, a.st_mode or 0) for a in self.sftp.listdir_attr(remote_path)]
+        except OSError:
+            return []
 
     def read_text(self, remote_path: str) -> str | None:
         """A small remote file's text, or None if it does not exist or cannot be read."""
@@ -367,12 +372,19 @@ def _bound_silence(sock: socket.socket, seconds: float) -> None:
 
 
 def _why(e: BaseException, io_timeout: float) -> str:
-    if isinstance(e, (socket.timeout, TimeoutError)):
+    if isinstance(e, TimeoutError):
         return f"no answer from the device for {io_timeout:g} s"
     if isinstance(e, EOFError) and not str(e):  # what a TCP_USER_TIMEOUT / keepalive expiry looks like
         return f"the device closed it or stopped answering (nothing acknowledged for up to {io_timeout:g} s)"
     return str(e) or type(e).__name__
 
 
-def _short(command: str) -> str:
+def exit_error(device: Device, command: str, result: Result) -> DeviceError:
+    """The error for a remote command that exited non-zero: the command and the tail of its output."""
+    tail = result.stderr.strip()[-800:] or result.stdout.strip()[-800:]
+    return DeviceError(f"device {device}: `{short_command(command)}` exited with {result.exit_code}"
+                       + (f": {tail}" if tail else ""))
+
+
+def short_command(command: str) -> str:
     return command if len(command) <= 120 else command[:117] + "..."

@@ -16,7 +16,7 @@ import re
 import socket
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -165,19 +165,22 @@ class DeviceStatus:
         return d
 
 
-def status(device: Device, *, known_hosts: str | os.PathLike | None = None, timeout: float = 10.0) -> DeviceStatus:
+def status(device: Device, *, known_hosts: str | os.PathLike | None = None, timeout: float = 10.0,
+           connection_factory: Callable[..., Connection] = Connection) -> DeviceStatus:
     """Everything `fleet status` shows for one device; an unreachable device is a status, not an error."""
     try:
-        with Connection(device, known_hosts=known_hosts, connect_timeout=timeout) as c:
-            c.client  # connect now, so a refusal is reported as unreachable
+        with connection_factory(device, known_hosts=known_hosts, connect_timeout=timeout) as c:
+            c.open()  # connect now, so a refusal is reported as unreachable
             return _gather(c)
     except DeviceError as e:
         return DeviceStatus(device, reachable=False, error=str(e))
 
 
 def fleet_status(devices: Sequence[Device], *, known_hosts: str | os.PathLike | None = None,
-                 max_workers: int = 8, timeout: float = 10.0) -> FleetResults:
-    return for_each_device(devices, lambda d: status(d, known_hosts=known_hosts, timeout=timeout),
+                 max_workers: int = 8, timeout: float = 10.0,
+                 connection_factory: Callable[..., Connection] = Connection) -> FleetResults:
+    return for_each_device(devices, lambda d: status(d, known_hosts=known_hosts, timeout=timeout,
+                                                     connection_factory=connection_factory),
                            max_workers=max_workers)
 
 
@@ -189,12 +192,12 @@ def _gather(c: Connection) -> DeviceStatus:
         free = int(df[-1].split()[3]) * 1024
     temp = _number(c.read_text("/sys/class/thermal/thermal_zone0/temp"), 1000.0)
     clock = _number(c.read_text("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq"), 1000.0)
-    versions = tuple(sorted(n for n, mode in _listdir(c, RUNTIME) if stat.S_ISDIR(mode) and n != "current"))
+    versions = tuple(sorted(n for n, mode in c.listdir(RUNTIME) if stat.S_ISDIR(mode) and n != "current"))
     current_rt = c.readlink(CURRENT_RUNTIME)
-    packages = tuple(sorted(n[: -len(".edgepkg")] for n, mode in _listdir(c, PACKAGES)
+    packages = tuple(sorted(n[: -len(".edgepkg")] for n, mode in c.listdir(PACKAGES)
                             if n.endswith(".edgepkg") and _SHA.fullmatch(n[: -len(".edgepkg")])))
     models = {}
-    for name, mode in _listdir(c, MODELS):
+    for name, mode in c.listdir(MODELS):
         if stat.S_ISDIR(mode):
             link = c.readlink(posixpath.join(MODELS, name, "current"))
             sha = _SHA.search(link) if link else None
@@ -210,10 +213,3 @@ def _number(text: str | None, divisor: float) -> float | None:
         return round(int(text.strip()) / divisor, 1) if text else None
     except ValueError:
         return None
-
-
-def _listdir(c: Connection, path: str) -> list[tuple[str, int]]:
-    try:
-        return [(a.filename, a.st_mode or 0) for a in c.sftp.listdir_attr(path)]
-    except OSError:
-        return []

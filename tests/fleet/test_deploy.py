@@ -18,7 +18,7 @@ import pytest
 
 from edge_sdk.cli import main as cli_main
 from edge_sdk.fleet.deploy import LocalBundle, LocalPackage, deploy
-from edge_sdk.fleet.remote import rollback, run_remote
+from edge_sdk.fleet.remote import RemoteRun, rollback, run_remote
 from edge_sdk.fleet.ssh import Connection
 from edge_sdk.package import open_package
 from edge_sdk.runtime.bundle import ensure_bundle
@@ -91,7 +91,7 @@ def test_new_version_keeps_previous_then_rollback_and_remote_run(fleet, v1, v2, 
     stored = sorted(p.name for p in (loop.home / ".edge-sdk" / "packages").iterdir())
     assert stored == sorted(f"{v.sha256}.edgepkg" for v in (v1, v2))  # current and previous, nothing else
 
-    res = run_remote(dev, v2.path, repeat=3, known_hosts=kh)
+    res = run_remote(dev, v2.path, RemoteRun(repeat=3), known_hosts=kh)
     want = open_package(host_package, Path(tempfile.mkdtemp())).golden_output
     assert res["golden"]["ok"] and res["repeats"] == 3 and res["arch"] == "x86_64"
     assert res["top_k"][0]["class"] == int(np.argmax(want))

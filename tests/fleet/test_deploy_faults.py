@@ -29,7 +29,7 @@ from edge_sdk.errors import ConfigError, DeviceError, PackageError
 from edge_sdk.fleet.config import load_fleet
 from edge_sdk.fleet.deploy import LocalBundle, LocalPackage, _check_bundle_archive, deploy, \
     install_runtime
-from edge_sdk.fleet.remote import run_remote
+from edge_sdk.fleet.remote import RemoteRun, run_remote
 from edge_sdk.fleet.ssh import Connection
 from edge_sdk.package import MEMBERS
 
@@ -287,7 +287,7 @@ def test_shell_metacharacters_run_nothing_on_the_device(fleet, v1, host_package,
         r = deploy([odd], [pkg], known_hosts=kh)
         assert r.all_ok, str(r[0].error)
         assert_runs(loop, pkg)
-        res = res or run_remote(odd, pkg_path, repeat=1, known_hosts=kh)
+        res = res or run_remote(odd, pkg_path, RemoteRun(repeat=1), known_hosts=kh)
     assert res["golden"]["ok"]
     assert not canary.exists()
     assert not list(Path(loop.dir).rglob("canary")) and not list(tmp_path.rglob("canary"))
@@ -295,6 +295,33 @@ def test_shell_metacharacters_run_nothing_on_the_device(fleet, v1, host_package,
 
 
 # -- 7. cut mid-transfer, many times ------------------------------------------------------------
+def _deploy_and_cut(loops, dev, kh, v2, step: str, frac: float, rng: random.Random):
+    """Deploy v2 to dev and power the device off during `step`: at fraction frac of the upload, or
+    a moment (0-50 ms) after the extract, golden or switch step begins. Returns (results, cut)."""
+    lock, fired, timers = threading.Lock(), [], []
+
+    def stop():
+        with lock:
+            if fired:
+                return
+            fired.append(True)
+        loops.stop_device(dev.name)
+
+    def progress(name, text, done, total):
+        if fired or timers:
+            return
+        if step == "upload" and "upload" in text and total and done >= frac * total:
+            stop()
+        elif step != "upload" and step in text:
+            timers.append(threading.Timer(rng.uniform(0, 0.05), stop))
+            timers[0].start()
+
+    r = deploy([dev], [v2], known_hosts=kh, progress=progress, connect_timeout=3)
+    for t in timers:
+        t.join()
+    return r, bool(fired)
+
+
 def _cut_repeatedly(loops, dev, kh, v1, v2, n: int, seed: int) -> dict:
     """Cut loop1 (kill its sshd and every session) at a different point of a v1 -> v2 deploy each
     time: during the upload at fraction i/(n+1), or just after the extract, golden or switch step
@@ -304,30 +331,8 @@ def _cut_repeatedly(loops, dev, kh, v1, v2, n: int, seed: int) -> dict:
     counts = {"cut": 0, "failed": 0, "still v1": 0, "became v2": 0}
     steps = ["upload", "extract", "golden", "switch"]
     for i in range(n):
-        step, frac = steps[i % 4], (i + 1) / (n + 1)
         (_root(loop) / "packages" / f"{v2.sha256}.edgepkg").unlink(missing_ok=True)  # so it is sent again
-        lock, fired, timers = threading.Lock(), [], []
-
-        def stop():
-            with lock:
-                if fired:
-                    return
-                fired.append(True)
-            loops.stop_device(dev.name)
-
-        def progress(name, text, done, total):
-            if fired or timers:
-                return
-            if step == "upload" and "upload" in text and total and done >= frac * total:
-                stop()
-            elif step != "upload" and step in text:
-                timers.append(threading.Timer(rng.uniform(0, 0.05), stop))
-                timers[0].start()
-
-        r = deploy([dev], [v2], known_hosts=kh, progress=progress, connect_timeout=3)
-        for t in timers:
-            t.join()
-        cut = bool(fired)
+        r, cut = _deploy_and_cut(loops, dev, kh, v2, steps[i % 4], (i + 1) / (n + 1), rng)
         counts["cut"] += cut
         counts["failed"] += not r.all_ok
         if not r.all_ok:

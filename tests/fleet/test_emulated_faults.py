@@ -16,7 +16,7 @@ import pytest
 
 from edge_sdk.fleet.config import load_fleet
 from edge_sdk.fleet.deploy import LocalPackage, deploy
-from edge_sdk.fleet.remote import run_remote
+from edge_sdk.fleet.remote import RemoteRun, run_remote
 from edge_sdk.fleet.ssh import Connection
 from edge_sdk.package import MEMBERS
 
@@ -60,7 +60,7 @@ def test_link_down_mid_upload_times_out_and_keeps_previous(emulated_pis, pi3_pac
     assert (model / "current").readlink().name == v1.sha256
     for name in MEMBERS:
         assert hashlib.sha256((model / v1.sha256 / name).read_bytes()).hexdigest() == v1.members[name]
-    res = run_remote(devices[0], pi3_package, repeat=1, known_hosts=kh)
+    res = run_remote(devices[0], pi3_package, RemoteRun(repeat=1), known_hosts=kh)
     assert res["golden"]["ok"] and res["arch"] == "aarch64"
 
     again = deploy(devices, [v2], known_hosts=kh)

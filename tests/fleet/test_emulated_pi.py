@@ -13,7 +13,7 @@ import pytest
 
 from edge_sdk.fleet.config import load_fleet
 from edge_sdk.fleet.deploy import LocalPackage, deploy
-from edge_sdk.fleet.remote import run_remote
+from edge_sdk.fleet.remote import RemoteRun, run_remote
 from edge_sdk.package import open_package
 
 pytestmark = [pytest.mark.qemu, pytest.mark.slow]
@@ -39,7 +39,7 @@ def test_deploy_and_run_a_pi3_package_on_an_emulated_pi(emulated_pis, pi3_packag
                          capture_output=True, text=True, timeout=120, check=True).stdout.split()
     assert out == ["aarch64", pi.name, pkg.sha256]
 
-    res = run_remote(devices[0], pi3_package, repeat=2, known_hosts=kh)
+    res = run_remote(devices[0], pi3_package, RemoteRun(repeat=2), known_hosts=kh)
     golden = open_package(pi3_package, Path(tempfile.mkdtemp())).golden_output.reshape(-1)
     assert res["golden"]["ok"] and res["arch"] == "aarch64"
     top = res["top_k"][0]
