@@ -31,6 +31,7 @@ from edge_sdk.errors import UsageError
 from edge_sdk.fleet.config import Device, Fleet
 from edge_sdk.fleet.deploy import (EXTRACT_PACKAGE_SH, EXTRACT_RUNTIME_SH, PLACE_RUNTIME_SH, SWITCH_SH, LocalBundle,
                                    LocalPackage)
+from edge_sdk.fleet.paths import REMOTE_ROOT
 from edge_sdk.fleet.ssh import known_hosts_name
 from edge_sdk.package import MANIFEST, MEMBERS
 from edge_sdk.targets import get_target
@@ -47,18 +48,18 @@ PLAYBOOK = """\
     bundle: "{{ bundles[edge_arch] }}"
   tasks:
     - name: layout
-      ansible.builtin.file: {path: "~/.edge-sdk/{{ item }}", state: directory, mode: "0755"}
+      ansible.builtin.file: {path: "~/{{ edge_root }}/{{ item }}", state: directory, mode: "0755"}
       loop: [runtime, packages, models]
     - name: runtime bundle installed?
-      ansible.builtin.stat: {path: "~/.edge-sdk/runtime/{{ bundle.id }}/bundle.json", checksum_algorithm: sha256}
+      ansible.builtin.stat: {path: "~/{{ edge_root }}/runtime/{{ bundle.id }}/bundle.json", checksum_algorithm: sha256}
       register: runtime_json
     - name: runtime bundle
       when: not (runtime_json.stat.exists and runtime_json.stat.checksum == bundle.manifest_sha256)
       block:
         - name: upload the runtime archive
-          ansible.builtin.copy: {src: "files/{{ bundle.file }}", dest: "~/.edge-sdk/runtime/.{{ bundle.id }}.tar.gz", mode: "0644"}
+          ansible.builtin.copy: {src: "files/{{ bundle.file }}", dest: "~/{{ edge_root }}/runtime/.{{ bundle.id }}.tar.gz", mode: "0644"}
         - name: sha256 of the uploaded archive
-          ansible.builtin.stat: {path: "~/.edge-sdk/runtime/.{{ bundle.id }}.tar.gz", checksum_algorithm: sha256}
+          ansible.builtin.stat: {path: "~/{{ edge_root }}/runtime/.{{ bundle.id }}.tar.gz", checksum_algorithm: sha256}
           register: archive
         - name: archive arrived intact
           ansible.builtin.assert:
@@ -66,21 +67,21 @@ PLAYBOOK = """\
             fail_msg: "runtime archive damaged in transit on {{ inventory_hostname }}"
         - name: extract and check every file's sha256
           ansible.builtin.command:
-            argv: [sh, -c, "{{ scripts.extract_runtime }}", sh, ".edge-sdk/runtime/.{{ bundle.id }}.tar.gz",
-                   ".edge-sdk/runtime/.{{ bundle.id }}.tmp-ansible", "{{ bundle.id }}"]
+            argv: [sh, -c, "{{ scripts.extract_runtime }}", sh, "{{ edge_root }}/runtime/.{{ bundle.id }}.tar.gz",
+                   "{{ edge_root }}/runtime/.{{ bundle.id }}.tmp-ansible", "{{ bundle.id }}"]
             chdir: "~"
             stdin: "{{ bundle.checklist }}"
             stdin_add_newline: false
         - name: put it in place, runtime/current -> it
           ansible.builtin.command:
-            argv: [sh, -c, "{{ scripts.place_runtime }}", sh, ".edge-sdk/runtime/.{{ bundle.id }}.tmp-ansible",
-                   ".edge-sdk/runtime/{{ bundle.id }}", ".edge-sdk/runtime/.{{ bundle.id }}.tar.gz", ansible,
+            argv: [sh, -c, "{{ scripts.place_runtime }}", sh, "{{ edge_root }}/runtime/.{{ bundle.id }}.tmp-ansible",
+                   "{{ edge_root }}/runtime/{{ bundle.id }}", "{{ edge_root }}/runtime/.{{ bundle.id }}.tar.gz", ansible,
                    "{{ bundle.id }}"]
             chdir: "~"
       rescue:
         - name: remove the partial runtime
           ansible.builtin.command:
-            argv: [rm, -rf, ".edge-sdk/runtime/.{{ bundle.id }}.tmp-ansible", ".edge-sdk/runtime/.{{ bundle.id }}.tar.gz"]
+            argv: [rm, -rf, "{{ edge_root }}/runtime/.{{ bundle.id }}.tmp-ansible", "{{ edge_root }}/runtime/.{{ bundle.id }}.tar.gz"]
             chdir: "~"
         - name: runtime failed
           ansible.builtin.fail: {msg: "runtime {{ bundle.id }} could not be installed on {{ inventory_hostname }}"}
@@ -93,15 +94,15 @@ PLAYBOOK = """\
 PACKAGE_TASKS = """\
 # one package: upload unless present, check on the device, golden run, atomic switch
 - name: "{{ pkg.name }}: current version"
-  ansible.builtin.stat: {path: "~/.edge-sdk/models/{{ pkg.name }}/current", follow: false}
+  ansible.builtin.stat: {path: "~/{{ edge_root }}/models/{{ pkg.name }}/current", follow: false}
   register: cur
 - name: "{{ pkg.name }}: install {{ pkg.sha256[:12] }}"
   when: not (cur.stat.islnk | default(false) and cur.stat.lnk_target == pkg.sha256)
   block:
     - name: "{{ pkg.name }}: upload (skipped when the same bytes are there)"
-      ansible.builtin.copy: {src: "files/{{ pkg.file }}", dest: "~/.edge-sdk/packages/{{ pkg.sha256 }}.edgepkg", mode: "0644"}
+      ansible.builtin.copy: {src: "files/{{ pkg.file }}", dest: "~/{{ edge_root }}/packages/{{ pkg.sha256 }}.edgepkg", mode: "0644"}
     - name: "{{ pkg.name }}: sha256 on the device"
-      ansible.builtin.stat: {path: "~/.edge-sdk/packages/{{ pkg.sha256 }}.edgepkg", checksum_algorithm: sha256}
+      ansible.builtin.stat: {path: "~/{{ edge_root }}/packages/{{ pkg.sha256 }}.edgepkg", checksum_algorithm: sha256}
       register: stored
     - name: "{{ pkg.name }}: arrived intact"
       ansible.builtin.assert:
@@ -109,33 +110,33 @@ PACKAGE_TASKS = """\
         fail_msg: "{{ pkg.file }} damaged in transit on {{ inventory_hostname }}"
     - name: "{{ pkg.name }}: extract and check members"
       ansible.builtin.command:
-        argv: [sh, -c, "{{ scripts.extract_package }}", sh, ".edge-sdk/packages/{{ pkg.sha256 }}.edgepkg",
-               ".edge-sdk/models/{{ pkg.name }}/.{{ pkg.sha256 }}.tmp-ansible", "{{ members[0] }}", "{{ members[1] }}",
+        argv: [sh, -c, "{{ scripts.extract_package }}", sh, "{{ edge_root }}/packages/{{ pkg.sha256 }}.edgepkg",
+               "{{ edge_root }}/models/{{ pkg.name }}/.{{ pkg.sha256 }}.tmp-ansible", "{{ members[0] }}", "{{ members[1] }}",
                "{{ members[2] }}", "{{ members[3] }}", "{{ members[4] }}"]
         chdir: "~"
         stdin: "{{ pkg.checklist }}"
         stdin_add_newline: false
     - name: "{{ pkg.name }}: golden check with the device runtime"
       ansible.builtin.command:
-        argv: [".edge-sdk/runtime/{{ bundle.id }}/bin/edge-runner",
-               --lib, ".edge-sdk/models/{{ pkg.name }}/.{{ pkg.sha256 }}.tmp-ansible/model.so",
-               --params, ".edge-sdk/models/{{ pkg.name }}/.{{ pkg.sha256 }}.tmp-ansible/params.bin",
-               --input, ".edge-sdk/models/{{ pkg.name }}/.{{ pkg.sha256 }}.tmp-ansible/golden_input.npy",
-               --expect, ".edge-sdk/models/{{ pkg.name }}/.{{ pkg.sha256 }}.tmp-ansible/golden_output.npy",
+        argv: ["{{ edge_root }}/runtime/{{ bundle.id }}/bin/edge-runner",
+               --lib, "{{ edge_root }}/models/{{ pkg.name }}/.{{ pkg.sha256 }}.tmp-ansible/model.so",
+               --params, "{{ edge_root }}/models/{{ pkg.name }}/.{{ pkg.sha256 }}.tmp-ansible/params.bin",
+               --input, "{{ edge_root }}/models/{{ pkg.name }}/.{{ pkg.sha256 }}.tmp-ansible/golden_input.npy",
+               --expect, "{{ edge_root }}/models/{{ pkg.name }}/.{{ pkg.sha256 }}.tmp-ansible/golden_output.npy",
                --rtol, "{{ pkg.rtol }}", --atol, "{{ pkg.atol }}", --warmup, "0", --repeat, "1"]
         chdir: "~"
     - name: "{{ pkg.name }}: switch current (previous kept)"
       ansible.builtin.command:
-        argv: [sh, -c, "{{ scripts.switch }}", sh, ".edge-sdk/models/{{ pkg.name }}", "{{ pkg.sha256 }}",
-               ".edge-sdk/models/{{ pkg.name }}/.{{ pkg.sha256 }}.tmp-ansible", ansible]
+        argv: [sh, -c, "{{ scripts.switch }}", sh, "{{ edge_root }}/models/{{ pkg.name }}", "{{ pkg.sha256 }}",
+               "{{ edge_root }}/models/{{ pkg.name }}/.{{ pkg.sha256 }}.tmp-ansible", ansible]
         chdir: "~"
   rescue:
     - name: "{{ pkg.name }}: remove what this attempt wrote"
       ansible.builtin.command:
         argv: [sh, -c, 'rm -rf "$1"; [ "$(readlink "$3" || true)" = "$4" ] || [ "$(readlink "$5" || true)" = "$4" ] || rm -f "$2"',
-               sh, ".edge-sdk/models/{{ pkg.name }}/.{{ pkg.sha256 }}.tmp-ansible",
-               ".edge-sdk/packages/{{ pkg.sha256 }}.edgepkg", ".edge-sdk/models/{{ pkg.name }}/current", "{{ pkg.sha256 }}",
-               ".edge-sdk/models/{{ pkg.name }}/previous"]
+               sh, "{{ edge_root }}/models/{{ pkg.name }}/.{{ pkg.sha256 }}.tmp-ansible",
+               "{{ edge_root }}/packages/{{ pkg.sha256 }}.edgepkg", "{{ edge_root }}/models/{{ pkg.name }}/current", "{{ pkg.sha256 }}",
+               "{{ edge_root }}/models/{{ pkg.name }}/previous"]
         chdir: "~"
     - name: "{{ pkg.name }}: failed"
       ansible.builtin.fail: {msg: "{{ pkg.name }} {{ pkg.sha256[:12] }} failed on {{ inventory_hostname }}; the previous version stays current"}
@@ -163,6 +164,7 @@ def write_ansible(fleet: Fleet, devices: Sequence[Device], packages: Sequence[Lo
         if any(t in text for t in ("{{", "{%", "{#")):
             raise AssertionError(f"script {name} contains a Jinja delimiter")
     artifacts = {
+        "edge_root": REMOTE_ROOT,  # fleet/paths.py's device layout, relative to the login home
         "members": [MANIFEST, *MEMBERS],
         "scripts": scripts,
         "bundles": {a: {"id": b.id, "file": b.archive.name, "sha256": b.sha256, "manifest_sha256": b.manifest_sha256,
