@@ -6,6 +6,7 @@ before anything is used, and rejects unknown members, links and path tricks.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json

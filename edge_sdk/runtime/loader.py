@@ -125,6 +125,6 @@ def load(lib: str | os.PathLike, params: str | os.PathLike, *, runtime_lib: str 
         main = vm["main"]
     except Exception as e:  # tvm_ffi raises its own error types (TVMError, AttributeError, ...)
         raise LoaderError(f"{lib}: cannot load the model with {params}: {e}") from e
-    keys = sorted(str(k) for k in loaded.keys())
+    keys = sorted(str(k) for k in loaded.keys())  # noqa: SIM118 - a tvm_ffi Map, not a dict
     load_ms = (time.perf_counter() - t0) * 1e3
     return Model(lib=lib, params=params, vm=vm, main=main, param_values=[loaded[k] for k in keys], load_ms=load_ms)
