@@ -110,7 +110,7 @@ def open_package(path: Path, root: Path) -> Package:
             src = tar.extractfile(info)
             h, dest = hashlib.sha256(), root / info.name
             with open(dest, "wb") as out:
-                for chunk in iter(lambda: src.read(1 << 20), b""):
+                for chunk in iter(functools.partial(src.read, 1 << 20), b""):
                     h.update(chunk)
                     out.write(chunk)
             if h.hexdigest() != expected[info.name]["sha256"]:

@@ -50,7 +50,7 @@ def drive_run(args) -> int:
 
 def drive_remote_run(args) -> int:
     """`edge-sdk run PKG --device D --fleet F`: run the package installed on D."""
-    from edge_sdk.fleet.remote import run_remote
+    from edge_sdk.fleet.remote import RemoteRun, run_remote
 
     if not getattr(args, "fleet", None):
         raise UsageError("--device needs --fleet (the fleet file that names it)")
