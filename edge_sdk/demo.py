@@ -33,6 +33,24 @@ APP_DIR = _REPO / "apps" / "classify"
 APP_FILES = ("classify.py", "sources.py", "picamera2_standin.py")
 
 
+@dataclass(frozen=True, kw_only=True)
+class DemoOptions:
+    """What `edge-sdk demo` builds and runs: the zoo model's size, the bitserial variant, the frames the
+    app classifies with how many threads, whether the host (loopback) device joins, and where it writes."""
+
+    model: str = "mobilenet_v1"
+    alpha: float = 1.0
+    resolution: int = 224
+    classes: int = 1000
+    bitserial: str = "w1a2"
+    frames: int = 10
+    threads: int = 1
+    host: bool = True  # also the host packages on a loopback sshd device
+    out_dir: Path  # the package cache (compiler/cache.py)
+    db: Path | None = None  # the results store (run_demo needs it)
+    dashboard: Path | None = None  # the HTML file to write (run_demo needs it)
+
+
 @dataclass
 class DemoReport:
     rows: list[dict]
@@ -46,49 +64,48 @@ class DemoReport:
         return bool(self.rows) and all(r["golden_ok"] and r["frames"] > 0 for r in self.rows)
 
 
-def run_demo(*, model: str, alpha: float, resolution: int, classes: int, bitserial: str, frames: int,
-             threads: int, host: bool, db: Path, dashboard: Path, out_dir: Path) -> DemoReport:
+def run_demo(opts: DemoOptions) -> DemoReport:
     """The whole demo; returns the table rows. Devices started here are stopped before it returns."""
     from rich.console import Console
 
-    console = Console(stderr=True)
-    t0 = time.monotonic()
-    say = console.log
-    size = "full size" if (alpha, resolution) == (1.0, 224) else "reduced size: the Pi is emulated on this machine's cores"
-    say(f"demo: {model} alpha {alpha}, {resolution}x{resolution}, {classes} classes ({size})")
-    notes: list[str] = []
     from edge_sdk.targets import stand_in_targets
 
-    targets = [t.name for t in stand_in_targets() if host or not t.is_host]
-    pkgs = compile_variants(model=model, alpha=alpha, resolution=resolution, classes=classes, bitserial=bitserial,
-                            targets=targets, out_dir=out_dir, say=say, notes=notes)
+    say = Console(stderr=True).log
+    t0 = time.monotonic()
+    size = "full size" if (opts.alpha, opts.resolution) == (1.0, 224) else \
+        "reduced size: the Pi is emulated on this machine's cores"
+    say(f"demo: {opts.model} alpha {opts.alpha}, {opts.resolution}x{opts.resolution}, {opts.classes} classes ({size})")
+    notes: list[str] = []
+    targets = [t.name for t in stand_in_targets() if opts.host or not t.is_host]
+    pkgs = compile_variants(opts, targets, say=say, notes=notes)
     rows = []
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="edge-sdk-demo-") as tmp:
-        frames_dir = write_sample_frames(Path(tmp) / "frames", n=frames, size=(resolution * 2, resolution * 3 // 2))
+        frames_dir = write_sample_frames(Path(tmp) / "frames", n=opts.frames,
+                                         size=(opts.resolution * 2, opts.resolution * 3 // 2))
         for target in targets:
             fleet, kind = start_device(target, stack=stack, say=say)
-            rows += run_on_device(fleet, kind=kind, packages=pkgs[target], frames_dir=frames_dir, frames=frames,
-                                  threads=threads, local=Path(tmp), db=db, say=say)
+            rows += run_on_device(fleet, kind=kind, packages=pkgs[target], frames_dir=frames_dir, local=Path(tmp),
+                                  opts=opts, say=say)
     from edge_sdk.dashboard.page import export_html
     from edge_sdk.results.store import ResultsStore
 
-    with ResultsStore(db) as store:
-        export_html(store, dashboard)
-    report = DemoReport(rows, dashboard, db, time.monotonic() - t0, notes)
-    print_table(report, model=model, alpha=alpha, resolution=resolution, threads=threads)
+    with ResultsStore(opts.db) as store:
+        export_html(store, opts.dashboard)
+    report = DemoReport(rows, opts.dashboard, opts.db, time.monotonic() - t0, notes)
+    print_table(report, opts)
     return report
 
 
 # ---- compile ---------------------------------------------------------------------------------
 
-def compile_variants(*, model: str, alpha: float, resolution: int, classes: int, bitserial: str,
-                     targets: list[str], out_dir: Path, say, notes: list[str]) -> dict[str, list[Path]]:
+def compile_variants(opts: DemoOptions, targets: list[str], *, say, notes: list[str]) -> dict[str, list[Path]]:
     """target -> packages; a variant that has not landed or does not compile for this model is skipped with a note."""
     from edge_sdk.compiler.cache import cached_package
     from edge_sdk.models.zoo import build_zoo_model
     from edge_sdk.targets import get_target
     from edge_sdk.variants import VARIANTS, get_variant, names
 
+    model, bitserial = opts.model, opts.bitserial
     if bitserial not in names(family="bitserial"):
         raise UsageError(f"--bitserial {bitserial}: not a bitserial variant ({', '.join(names(family='bitserial'))})")
     variants = [BASELINE]
@@ -99,13 +116,13 @@ def compile_variants(*, model: str, alpha: float, resolution: int, classes: int,
             notes.append(f"{name}: not available in this version yet (edge_sdk.variants); skipped")
             say(f"note: {notes[-1]}")
     variants.append(bitserial)
-    zoo = build_zoo_model(model, alpha=alpha, resolution=resolution, classes=classes, seed=0)
+    zoo = build_zoo_model(model, alpha=opts.alpha, resolution=opts.resolution, classes=opts.classes, seed=0)
     out: dict[str, list[Path]] = {t: [] for t in targets}
     for variant in variants:
         for target in targets:
             t1 = time.monotonic()
             try:
-                pkg, cached = cached_package(zoo, get_variant(variant), get_target(target), folder=out_dir)
+                pkg, cached = cached_package(zoo, get_variant(variant), get_target(target), folder=opts.out_dir)
             except Exception as e:  # noqa: BLE001 - "use what compiles": the cause goes into the printed notes
                 if variant == BASELINE:
                     raise
@@ -175,8 +192,8 @@ def _stop(fleet, say) -> None:
         say(f"[red]could not stop the devices in {fleet.root} cleanly: {e}[/red]")
 
 
-def run_on_device(fleet, *, kind: str, packages: list[Path], frames_dir: Path, frames: int, threads: int,
-                  local: Path, db: Path, say) -> list[dict]:
+def run_on_device(fleet, *, kind: str, packages: list[Path], frames_dir: Path, local: Path, opts: DemoOptions,
+                  say) -> list[dict]:
     """Deploy, run the classify app there on the frames, pull its JSON lines, record one run per variant."""
     from edge_sdk.fleet.config import load_fleet
     from edge_sdk.fleet.deploy import LocalPackage, deploy
@@ -205,6 +222,7 @@ def run_on_device(fleet, *, kind: str, packages: list[Path], frames_dir: Path, f
             conn.put(APP_DIR / name, posixpath.join(REMOTE_APP, name))
         for f in sorted(frames_dir.iterdir()):
             conn.put(f, posixpath.join(REMOTE_FRAMES, f.name))
+        frames, threads = opts.frames, opts.threads
         say(f"{device.name}: running apps/classify on {frames} frames with "
             f"{', '.join(read_manifest(p)['variant'] for p in packages)}")
         t1 = time.monotonic()
@@ -219,8 +237,8 @@ def run_on_device(fleet, *, kind: str, packages: list[Path], frames_dir: Path, f
         say(f"{device.name}: app done in {time.monotonic() - t1:.0f} s; pulling {remote_out}")
         lines = local / f"{device.name}.jsonl"
         conn.get(remote_out, lines)
-    return record(lines, device=device.name, kind=kind, packages=local_pkgs, deploy_report=dep, threads=threads,
-                  db=db, emulated=fleet.__class__.__name__ == "EmulatedFleet")
+    return record(lines, device=device.name, kind=kind, packages=local_pkgs, deploy_report=dep, threads=opts.threads,
+                  db=opts.db, emulated=fleet.__class__.__name__ == "EmulatedFleet")
 
 
 def record(lines: Path, *, device: str, kind: str, packages, deploy_report, threads: int, db: Path,
@@ -264,12 +282,12 @@ def record(lines: Path, *, device: str, kind: str, packages, deploy_report, thre
 
 # ---- output ----------------------------------------------------------------------------------
 
-def print_table(report: DemoReport, *, model: str, alpha: float, resolution: int, threads: int) -> None:
+def print_table(report: DemoReport, opts: DemoOptions) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"{model} (alpha {alpha}, {resolution}x{resolution}), apps/classify on the device, "
-                    f"{threads} thread(s); Pi latencies are emulated (qemu), not a Pi's")
+    t = Table(title=f"{opts.model} (alpha {opts.alpha}, {opts.resolution}x{opts.resolution}), apps/classify on the "
+                    f"device, {opts.threads} thread(s); Pi latencies are emulated (qemu), not a Pi's")
     for col in ("device", "target", "variant", "frames", "median ms", "p10-p90 ms", "speedup", "top-1 agrees",
                 "golden"):
         t.add_column(col, justify="right" if col not in ("device", "target", "variant") else "left")

@@ -72,7 +72,7 @@ def test_demo_recompiles_float32_after_a_tuning_record_lands(tmp_path, monkeypat
     """compile applies the user's tuning records to float32 by default, so a record that `edge-sdk tune`
     writes must name a new float32 package; the demo's old cache key ignored the records and served the
     package built before the tune. int8 and bitserial apply no records: they stay cached."""
-    from edge_sdk.demo import compile_variants
+    from edge_sdk.demo import DemoOptions, compile_variants
     from edge_sdk.tuning.store import repo_root, user_root
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))  # the user's records root, empty so far
@@ -80,8 +80,8 @@ def test_demo_recompiles_float32_after_a_tuning_record_lands(tmp_path, monkeypat
 
     def build() -> dict[str, list[Path]]:
         said.clear()
-        return compile_variants(model="mobilenet_v1", alpha=0.25, resolution=32, classes=10, bitserial="w1a2",
-                                targets=["host"], out_dir=tmp_path / "pkgs", say=said.append, notes=[])
+        opts = DemoOptions(model="mobilenet_v1", alpha=0.25, resolution=32, classes=10, out_dir=tmp_path / "pkgs")
+        return compile_variants(opts, ["host"], say=said.append, notes=[])
 
     first = build()["host"]
     assert build()["host"] == first and all(m.startswith(("cached:", "note:")) for m in said), said

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +29,8 @@ from edge_sdk.compiler.cache import cached_package
 from edge_sdk.errors import EdgeError, UsageError
 from edge_sdk.runtime.bundle import cache_root
 
-__all__ = ["FAILED", "OK", "SCHEMA", "UNAVAILABLE", "WRONG", "BenchResult", "BenchRow", "cached_package",
-           "package_folder", "parse_threads", "parse_variants", "run_bench"]
+__all__ = ["FAILED", "OK", "SCHEMA", "UNAVAILABLE", "WRONG", "BenchOptions", "BenchResult", "BenchRow", "Built",
+           "cached_package", "compile_all", "package_folder", "parse_threads", "parse_variants", "run_bench"]
 
 
 def package_folder() -> Path:
@@ -73,7 +74,7 @@ def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup:
     """Time (or count) one package; fills the row; returns its golden input (for the peers)."""
     from edge_sdk.package import open_package
     from edge_sdk.run import RunResult, golden_check, top_k
-    from edge_sdk.runtime.execute import run_compiled
+    from edge_sdk.runtime.execute import LocalRun, run_compiled
 
     with tempfile.TemporaryDirectory(prefix="edge-bench-") as tmp:
         pkg = open_package(pkg_path, Path(tmp) / "pkg")
@@ -87,9 +88,8 @@ def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup:
             row.instructions, row.counts, out, row.manifest = c.per_inference, c.counts, c.output, m
             row.memory = memory_row(c, target=get_target(m["target"]["name"]))
         else:
-            res = run_compiled(lib=lib, params=params, input=x, arch=m["target"]["arch"],
-                               emulate_cpu=_qemu_cpu(m), threads=row.threads,
-                               warmup=warmup, repeat=repeat, min_time_ms=min_time_ms)
+            res = run_compiled(lib=lib, params=params, input=x, arch=m["target"]["arch"], emulate_cpu=_qemu_cpu(m),
+                               how=LocalRun(threads=row.threads, warmup=warmup, repeat=repeat, min_time_ms=min_time_ms))
             row.latencies, out = list(res.latencies_ms), res.output
             if res.emulated:
                 row.detail = "; ".join(d for d in (row.detail, "run under qemu: emulated time, not a Pi's") if d)
@@ -112,7 +112,7 @@ def _more_rounds(rows: list[BenchRow], rounds: int, *, key: str, input_npy: Path
     """Rounds 2..N: every timed row again, in turn, so load from other users hits all rows alike."""
     from edge_sdk.bench import peers as P
     from edge_sdk.package import open_package
-    from edge_sdk.runtime.execute import run_compiled
+    from edge_sdk.runtime.execute import LocalRun, run_compiled
 
     for i in range(2, rounds + 1):
         for row in rows:
@@ -126,7 +126,8 @@ def _more_rounds(rows: list[BenchRow], rounds: int, *, key: str, input_npy: Path
                         res = run_compiled(lib=pkg.member("model.so"), params=pkg.member("params.bin"),
                                            input=pkg.golden_input, arch=pkg.manifest["target"]["arch"],
                                            emulate_cpu=_qemu_cpu(pkg.manifest),
-                                           threads=row.threads, warmup=warmup, repeat=1, min_time_ms=min_time_ms)
+                                           how=LocalRun(threads=row.threads, warmup=warmup, repeat=1,
+                                                        min_time_ms=min_time_ms))
                     row.latencies += res.latencies_ms
                 else:
                     peer = next(p for p in P.PEERS if (p.engine, p.variant) == (row.engine, row.variant))
@@ -153,83 +154,164 @@ def _int8_source(model, variant):
     return load_model_file(path, family="int8"), f"model: {path.name} from the peers folder (same file as LiteRT int8)"
 
 
-def run_bench(model, *, variants: list[str], target: str = "host", threads: list[int] = (1,),
-              peers: bool = False, emulate: str | None = None, memory: bool = False, warmup: int = 3, repeat: int = 5,
-              min_time_ms: float = 1000.0, rounds: int = 3, seed: int = 0,
-              progress: Callable[[str], None] | None = None, ncnn_models: Path | None = None) -> BenchResult:
-    """Compile (or reuse), run and compare; every failure becomes a row status, never an exception.
+@dataclass(frozen=True, kw_only=True)
+class BenchOptions:
+    """What run_bench measures (variants, target, threads, peers, --emulate/--memory) and how long (warm-up,
+    repeats, minimum time, rounds). run_bench_device reads variants, threads, warmup, repeat and seed."""
 
-    Timing is split into `rounds` passes over all rows (each min_time_ms / rounds long), so that
-    a neighbour's load on a shared machine lands on every row alike, as in tools/bench_float.py.
-    `memory` (with emulate): the same qemu runs also simulate the device's caches (emulate.py).
-    """
-    from edge_sdk.bench import peers as peers_mod
-    from edge_sdk.bench.sysinfo import system_info
+    variants: Sequence[str]
+    target: str = "host"
+    threads: Sequence[int] = (1,)
+    peers: bool = False
+    emulate: str | None = None  # a Pi target: count its instructions under qemu instead of timing
+    memory: bool = False  # with emulate: the same qemu runs also simulate the device's caches (emulate.py)
+    warmup: int = 3
+    repeat: int = 5
+    min_time_ms: float = 1000.0
+    rounds: int = 3
+    seed: int = 0
+    ncnn_models: Path | None = None  # benchncnn's .param files by name (--ncnn-models)
+
+    def to_json(self, *, rounds: int) -> dict:
+        return {"variants": list(self.variants), "threads": list(self.threads), "peers": self.peers,
+                "memory": self.memory, "warmup": self.warmup, "repeat": self.repeat,
+                "min_time_ms": self.min_time_ms, "rounds": rounds, "seed": self.seed}
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What the options resolve to: the target built for, the qemu cpu (emulate), caches (memory), rounds."""
+
+    target: object  # targets.Target
+    emulate_cpu: str | None
+    caches: object | None  # targets.CacheConfig
+    rounds: int
+    slice_ms: float  # each round's minimum time
+
+
+def _setup(opts: BenchOptions) -> _Setup:
     from edge_sdk.targets import get_target
-    from edge_sdk.variants import VARIANTS
 
-    say = progress or (lambda _m: None)
-    if memory and not emulate:
+    target, emulate = opts.target, opts.emulate
+    if opts.memory and not emulate:
         raise UsageError("--memory simulates the device's caches under qemu: it needs --emulate (e.g. --emulate pi3)")
     if emulate:
         if target not in ("host", emulate):
             raise UsageError(f"--emulate {emulate} counts {emulate} builds; it cannot be combined with --target {target}")
-        if list(threads) != [1]:
+        if list(opts.threads) != [1]:
             raise UsageError("--emulate counts instructions with 1 thread; drop --threads or use --threads 1")
         target = emulate
     tgt = get_target(target)
     if emulate and tgt.arch != "aarch64":
         raise UsageError(f"--emulate needs an aarch64 target, not '{target}' ({tgt.arch})")
     emulate_cpu = tgt.qemu_cpu() if emulate else None
-    rounds = 1 if emulate else max(1, rounds)
+    rounds = 1 if emulate else max(1, opts.rounds)
     from edge_sdk.bench import emulate as E
 
-    caches = E.caches_for(emulate_cpu) if memory else None
-    slice_ms = min_time_ms / rounds
+    caches = E.caches_for(emulate_cpu) if opts.memory else None
+    return _Setup(tgt, emulate_cpu, caches, rounds, opts.min_time_ms / rounds)
+
+
+@dataclass(frozen=True)
+class Built:
+    """One variant's package for the bench's target: compiled now or reused from the cache."""
+
+    variant: object  # variants.Variant
+    package: Path
+    cached: bool
+    note: str  # where the int8 row's model came from, when not the model given
+
+
+def compile_all(model, names: Sequence[str], tgt, *, threads: Sequence[int], seed: int, say,
+                where: str = "") -> tuple[list[BenchRow], list[Built]]:
+    """Each variant's package (cached_package); rows for the variants that are unavailable or do not compile."""
+    from edge_sdk.variants import VARIANTS
+
     rows: list[BenchRow] = []
-    inputs: list[np.ndarray] = []
-    for name in variants:
+    built: list[Built] = []
+    for name in names:
         v = VARIANTS[name]
         if not v.available:
             rows += [BenchRow("edge-sdk", name, v.family, t, UNAVAILABLE, "variant not implemented yet in this version")
                      for t in threads]
             continue
-        note = ""
         try:
             src, note = _int8_source(model, v)
-            say(f"{name}: compiling for {tgt.name} (or reusing the cached package)")
+            say(f"{name}: compiling for {tgt.name}{where} (or reusing the cached package)")
             pkg, cached = cached_package(src, v, tgt, folder=package_folder(), seed=seed, progress=say)
         except (EdgeError, RuntimeError, ValueError, OSError) as e:
             rows += [BenchRow("edge-sdk", name, v.family, t, FAILED, f"compile: {failure(e)}") for t in threads]
             continue
-        for t in threads:
-            row = BenchRow("edge-sdk", name, v.family, t, package=str(pkg), cached=cached, detail=note)
-            say(f"{name}: {'counting instructions' if emulate else 'timing'} with {t} thread(s)")
+        built.append(Built(v, pkg, cached, note))
+    return rows, built
+
+
+def _time_ours(built: list[Built], opts: BenchOptions, setup: _Setup, say) -> tuple[list[BenchRow], list[np.ndarray]]:
+    """A row per (package, threads), timed or counted; the float golden inputs (the float peers' input)."""
+    rows, inputs = [], []
+    for b in built:
+        for t in opts.threads:
+            row = BenchRow("edge-sdk", b.variant.name, b.variant.family, t, package=str(b.package), cached=b.cached,
+                           detail=b.note)
+            say(f"{b.variant.name}: {'counting instructions' if opts.emulate else 'timing'} with {t} thread(s)")
             try:
-                x = _run_ours(row, pkg, emulate_cpu=emulate_cpu, warmup=warmup, repeat=repeat, min_time_ms=slice_ms,
-                              caches=caches)
+                x = _run_ours(row, b.package, emulate_cpu=setup.emulate_cpu, warmup=opts.warmup, repeat=opts.repeat,
+                              min_time_ms=setup.slice_ms, caches=setup.caches)
                 inputs += [x] if x.dtype == np.float32 else []
             except (EdgeError, RuntimeError, ValueError, OSError) as e:
                 row.status, row.detail = FAILED, failure(e)
             rows.append(row)
-    key = peers_mod.peer_key(model)
+    return rows, inputs
+
+
+def _peers_and_rounds(rows: list[BenchRow], key: str, inputs: list[np.ndarray], opts: BenchOptions, setup: _Setup,
+                      say) -> None:
+    """The peer rows (first round), then rounds 2..N over every timed row."""
+    from edge_sdk.bench import emulate as E
+    from edge_sdk.bench import peers as peers_mod
+
     with tempfile.TemporaryDirectory(prefix="edge-bench-in-") as tmp:
         npy = None
         if inputs:
             npy = Path(tmp) / "input.npy"
             np.save(npy, inputs[0], allow_pickle=False)
-        run = peers_mod.PeerRun(tuple(threads), tgt, emulate_cpu, npy, warmup=warmup, repeat=repeat,
-                                min_time_ms=slice_ms, say=say, ncnn_models=ncnn_models)
-        if peers and caches is not None:
-            rows += E.peer_rows_with_memory(peers_mod, caches, key, run)
-        elif peers:
+        run = peers_mod.PeerRun(tuple(opts.threads), setup.target, setup.emulate_cpu, npy, warmup=opts.warmup,
+                                repeat=opts.repeat, min_time_ms=setup.slice_ms, say=say, ncnn_models=opts.ncnn_models)
+        if opts.peers and setup.caches is not None:
+            rows += E.peer_rows_with_memory(peers_mod, setup.caches, key, run)
+        elif opts.peers:
             rows += peers_mod.peer_rows(key, run)
-        _more_rounds(rows, rounds, key=key, input_npy=npy, warmup=warmup, min_time_ms=slice_ms, say=say)
+        _more_rounds(rows, setup.rounds, key=key, input_npy=npy, warmup=opts.warmup, min_time_ms=setup.slice_ms,
+                     say=say)
+
+
+def run_bench(model, *, progress: Callable[[str], None] | None = None, **options) -> BenchResult:
+    """Compile (or reuse), run and compare; every failure becomes a row status, never an exception.
+
+    `options` are BenchOptions' fields (variants=[...], target, threads, peers, emulate, memory, ...).
+    Timing is split into `rounds` passes over all rows (each min_time_ms / rounds long), so that
+    a neighbour's load on a shared machine lands on every row alike, as in tools/bench_float.py.
+    """
+    from edge_sdk.bench import peers as peers_mod
+    from edge_sdk.bench.sysinfo import system_info
+
+    opts = BenchOptions(**options)
+    setup = _setup(opts)
+    say = progress or (lambda _m: None)
+    rows, built = compile_all(model, opts.variants, setup.target, threads=opts.threads, seed=opts.seed, say=say)
+    timed, inputs = _time_ours(built, opts, setup, say)
+    rows = _in_variant_order(rows + timed, opts.variants)
+    key = peers_mod.peer_key(model)
+    _peers_and_rounds(rows, key, inputs, opts, setup, say)
     finish_latencies(rows)
     ratios(rows)
     return BenchResult(model={"name": model.name, "source": model.source, "options": model.options, "peer_key": key},
-                       target=tgt.name, mode="instructions" if emulate else "latency", emulate_cpu=emulate_cpu,
-                       options={"variants": list(variants), "threads": list(threads), "peers": peers,
-                                "memory": memory, "warmup": warmup,
-                                "repeat": repeat, "min_time_ms": min_time_ms, "rounds": rounds, "seed": seed},
+                       target=setup.target.name, mode="instructions" if opts.emulate else "latency",
+                       emulate_cpu=setup.emulate_cpu, options=opts.to_json(rounds=setup.rounds),
                        system=system_info(), rows=rows)
+
+
+def _in_variant_order(rows: list[BenchRow], names: Sequence[str]) -> list[BenchRow]:
+    """Our rows in the order the variants were asked for (a stable sort: threads keep their order)."""
+    order = {n: i for i, n in enumerate(names)}
+    return sorted(rows, key=lambda r: order.get(r.variant, len(order)))

@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from edge_sdk.bench.bench import _int8_source, package_folder
-from edge_sdk.bench.rows import FAILED, UNAVAILABLE, WRONG, BenchResult, BenchRow, failure, ratios
-from edge_sdk.compiler.cache import cached_package
+from edge_sdk.bench.bench import BenchOptions, Built, compile_all
+from edge_sdk.bench.rows import FAILED, WRONG, BenchResult, BenchRow, failure, ratios
 from edge_sdk.errors import EdgeError
 
 _FACTS = r"""
@@ -56,87 +55,81 @@ def device_system(dev, *, known_hosts=None) -> dict:
     return info
 
 
-def run_bench_device(model, *, variants: list[str], device: str, fleet: Path | str, threads: list[int] = (1,),
-                     warmup: int = 3, repeat: int = 5, profile: bool = True, seed: int = 0, known_hosts=None,
-                     progress: Callable[[str], None] | None = None) -> BenchResult:
+def run_bench_device(model, *, device: str, fleet: Path | str, known_hosts=None, profile: bool = True,
+                     progress: Callable[[str], None] | None = None, **options) -> BenchResult:
     """Compile for the device's target, deploy, run on the device, collect; every failure is a row status.
 
-    A device that cannot be reached or refuses the deploy fails every row with its error; a fleet
-    file or device name that is wrong is a UsageError/ConfigError before anything is compiled.
+    `options`: BenchOptions' variants, threads, warmup, repeat and seed. A device that cannot be reached
+    or refuses the deploy fails every row with its error; a fleet file or device name that is wrong is a
+    UsageError/ConfigError before anything is compiled.
     """
     from edge_sdk.fleet.config import load_fleet
-    from edge_sdk.fleet.deploy import LocalPackage, deploy
-    from edge_sdk.fleet.remote import RemoteRun, run_remote
     from edge_sdk.fleet.ssh import default_known_hosts
-    from edge_sdk.package import read_manifest
     from edge_sdk.targets import get_target
-    from edge_sdk.variants import VARIANTS
 
+    opts = BenchOptions(**options)
     say = progress or (lambda _m: None)
     [dev] = load_fleet(fleet).select(device=device)
     kh = known_hosts or default_known_hosts()
     tgt = get_target(dev.target)
-    rows: list[BenchRow] = []
-    built: dict[str, tuple[Path, bool, str]] = {}
-    for name in variants:
-        v = VARIANTS[name]
-        if not v.available:
-            rows += [BenchRow("edge-sdk", name, v.family, t, UNAVAILABLE, "variant not implemented yet in this version")
-                     for t in threads]
-            continue
-        try:
-            src, note = _int8_source(model, v)
-            say(f"{name}: compiling for {tgt.name} (device {dev.name}), or reusing the cached package")
-            pkg, cached = cached_package(src, v, tgt, folder=package_folder(), seed=seed, progress=say)
-            built[name] = (pkg, cached, note)
-        except (EdgeError, RuntimeError, ValueError, OSError) as e:
-            rows += [BenchRow("edge-sdk", name, v.family, t, FAILED, f"compile: {failure(e)}") for t in threads]
-
-    actions: dict[str, str] = {}  # package file name -> "installed"/"unchanged", or the error
-    device_error = None
-    if built:
-        say(f"deploying {len(built)} package(s) to {dev.name}")
-        [res] = deploy([dev], [LocalPackage.load(p) for p, _, _ in built.values()], known_hosts=kh)
-        report = res.value if res.ok else getattr(res.error, "report", None)
-        if report is None or report.error:
-            device_error = f"deploy to {dev.name}: {report.error if report else failure(res.error)}"
-        else:
-            actions = {o.package: (o.action if o.error is None else f"deploy failed: {o.error}")
-                       for o in report.packages}
-
-    for name, (pkg, cached, note) in built.items():
-        v = VARIANTS[name]
-        deployed = actions.get(pkg.name, "")
-        for t in threads:
-            row = BenchRow("edge-sdk", name, v.family, t, package=str(pkg), cached=cached, detail=note)
+    rows, built = compile_all(model, opts.variants, tgt, threads=opts.threads, seed=opts.seed, say=say,
+                              where=f" (device {dev.name})")
+    actions, device_error = _deploy(dev, built, kh, say)
+    for b in built:
+        deployed = actions.get(b.package.name, "")
+        for t in opts.threads:
+            row = BenchRow("edge-sdk", b.variant.name, b.variant.family, t, package=str(b.package), cached=b.cached,
+                           detail=b.note)
             rows.append(row)
             if device_error or deployed.startswith("deploy failed") or not deployed:
-                row.status, row.detail = FAILED, device_error or deployed or f"deploy: {pkg.name} not reported"
+                row.status, row.detail = FAILED, device_error or deployed or f"deploy: {b.package.name} not reported"
                 continue
-            say(f"{name}: running on {dev.name} with {t} thread(s)")
-            try:
-                rj = run_remote(dev, pkg, RemoteRun(repeat=repeat, warmup=warmup, threads=t, profile=profile), known_hosts=kh)
-            except (EdgeError, RuntimeError, ValueError, OSError) as e:
-                row.status, row.detail = FAILED, f"on {dev.name}: {failure(e)}"
-                continue
-            m = read_manifest(pkg)
-            rj["versions"] = {**(m.get("versions") or {}), **{f"runtime_{k}": x for k, x in rj["versions"].items()}}
-            row.run_json, row.manifest = rj, m
-            row.latency_ms, row.repeats = rj["latency_ms"], rj["repeats"]
-            g = m["golden"]
-            row.golden = {"ok": rj["golden"]["ok"], "max_abs_err": rj["golden"]["max_abs_err"],
-                          "reference": g["reference"], "rtol": g["rtol"], "atol": g["atol"]}
-            row.detail = "; ".join(x for x in (f"{deployed} on {dev.name}", note) if x)
-            if not row.golden["ok"]:
-                row.status = WRONG
-                row.detail = f"golden check failed on {dev.name}: max abs err {row.golden['max_abs_err']:.3g}"
+            say(f"{b.variant.name}: running on {dev.name} with {t} thread(s)")
+            _run_on_device(row, dev, b, opts, known_hosts=kh, profile=profile, deployed=deployed)
     system = device_system(dev, known_hosts=kh) if not device_error else {
         "hostname": dev.name, "device": dev.name, "address": dev.address, "versions": {}}
     ratios(rows)
-    result = BenchResult(model={"name": model.name, "source": model.source, "options": model.options},
-                         target=tgt.name, mode="latency", emulate_cpu=None,
-                         options={"variants": list(variants), "threads": list(threads), "warmup": warmup,
-                                  "repeat": repeat, "profile": profile, "seed": seed, "device": dev.name,
-                                  "fleet": str(fleet)},
-                         system=system, rows=rows, device=dev.name)
-    return result
+    options = {"variants": list(opts.variants), "threads": list(opts.threads), "warmup": opts.warmup,
+               "repeat": opts.repeat, "profile": profile, "seed": opts.seed, "device": dev.name, "fleet": str(fleet)}
+    return BenchResult(model={"name": model.name, "source": model.source, "options": model.options},
+                       target=tgt.name, mode="latency", emulate_cpu=None, options=options, system=system, rows=rows,
+                       device=dev.name)
+
+
+def _deploy(dev, built: list[Built], known_hosts, say) -> tuple[dict[str, str], str | None]:
+    """({package file name: "installed"/"unchanged" or "deploy failed: ..."}, the device's error or None)."""
+    from edge_sdk.fleet.deploy import LocalPackage, deploy
+
+    if not built:
+        return {}, None
+    say(f"deploying {len(built)} package(s) to {dev.name}")
+    [res] = deploy([dev], [LocalPackage.load(b.package) for b in built], known_hosts=known_hosts)
+    report = res.value if res.ok else getattr(res.error, "report", None)
+    if report is None or report.error:
+        return {}, f"deploy to {dev.name}: {report.error if report else failure(res.error)}"
+    return {o.package: (o.action if o.error is None else f"deploy failed: {o.error}") for o in report.packages}, None
+
+
+def _run_on_device(row: BenchRow, dev, b: Built, opts: BenchOptions, *, known_hosts, profile: bool,
+                   deployed: str) -> None:
+    """One timed run of an installed package on the device; fills the row (failures become its status)."""
+    from edge_sdk.fleet.remote import RemoteRun, run_remote
+    from edge_sdk.package import read_manifest
+
+    how = RemoteRun(repeat=opts.repeat, warmup=opts.warmup, threads=row.threads, profile=profile)
+    try:
+        rj = run_remote(dev, b.package, how, known_hosts=known_hosts)
+    except (EdgeError, RuntimeError, ValueError, OSError) as e:
+        row.status, row.detail = FAILED, f"on {dev.name}: {failure(e)}"
+        return
+    m = read_manifest(b.package)
+    rj["versions"] = {**(m.get("versions") or {}), **{f"runtime_{k}": x for k, x in rj["versions"].items()}}
+    row.run_json, row.manifest = rj, m
+    row.latency_ms, row.repeats = rj["latency_ms"], rj["repeats"]
+    g = m["golden"]
+    row.golden = {"ok": rj["golden"]["ok"], "max_abs_err": rj["golden"]["max_abs_err"],
+                  "reference": g["reference"], "rtol": g["rtol"], "atol": g["atol"]}
+    row.detail = "; ".join(x for x in (f"{deployed} on {dev.name}", b.note) if x)
+    if not row.golden["ok"]:
+        row.status = WRONG
+        row.detail = f"golden check failed on {dev.name}: max abs err {row.golden['max_abs_err']:.3g}"

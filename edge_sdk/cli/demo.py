@@ -32,7 +32,7 @@ def add_demo_parser(sub) -> None:
 
 
 def drive_demo(args) -> int:
-    from edge_sdk.demo import run_demo
+    from edge_sdk.demo import DemoOptions, run_demo
     from edge_sdk.results.store import default_db_path
 
     if args.frames < 1 or args.threads < 1:
@@ -41,10 +41,11 @@ def drive_demo(args) -> int:
     cache = Path(os.environ.get("EDGE_SDK_CACHE") or Path.home() / ".cache/edge-sdk")
     old = signal.signal(signal.SIGTERM, _sigterm)  # so `finally` stops the devices on kill too
     try:
-        report = run_demo(model=args.model, alpha=args.alpha, resolution=args.resolution, classes=args.classes,
-                          bitserial=args.bitserial, frames=args.frames, threads=args.threads,
-                          host=not args.no_host, db=db, dashboard=args.dashboard or db.with_name("dashboard.html"),
-                          out_dir=args.out_dir or cache / "demo")
+        report = run_demo(DemoOptions(model=args.model, alpha=args.alpha, resolution=args.resolution,
+                                      classes=args.classes, bitserial=args.bitserial, frames=args.frames,
+                                      threads=args.threads, host=not args.no_host, db=db,
+                                      dashboard=args.dashboard or db.with_name("dashboard.html"),
+                                      out_dir=args.out_dir or cache / "demo"))
     finally:
         signal.signal(signal.SIGTERM, old)
     if args.json:
