@@ -110,7 +110,7 @@ def golden_check(pkg: Package, out: np.ndarray) -> tuple[bool, float]:
 def run_package(path: Path, *, input_path: Path | None = None, threads: int = 1, repeat: int = 10,
                 warmup: int = 1, k: int = 5, profile: bool = False) -> RunResult:
     """Run a package here; `profile` adds per-layer times (conv vs glue) from `repeat` more timed-hook runs."""
-    from edge_sdk.runtime.execute import run_compiled
+    from edge_sdk.runtime.execute import LocalRun, run_compiled
 
     with tempfile.TemporaryDirectory(prefix="edgepkg-run-") as tmp:
         pkg = open_package(path, Path(tmp) / "pkg")
@@ -124,12 +124,12 @@ def run_package(path: Path, *, input_path: Path | None = None, threads: int = 1,
             from edge_sdk.targets import get_target
 
             emulate = get_target(m["target"]["name"]).qemu_cpu()
-        common = dict(lib=pkg.member("model.so"), params=pkg.member("params.bin"), arch=arch,
-                      emulate_cpu=emulate, threads=threads)
+        common = dict(lib=pkg.member("model.so"), params=pkg.member("params.bin"), arch=arch, emulate_cpu=emulate)
         golden_in = pkg.golden_input
         x = load_input(input_path, pkg) if input_path else golden_in
-        res = run_compiled(input=x, warmup=warmup, repeat=repeat, profile=profile, **common)
-        gold = res if input_path is None else run_compiled(input=golden_in, warmup=0, repeat=1, **common)
+        res = run_compiled(input=x, how=LocalRun(threads=threads, warmup=warmup, repeat=repeat, profile=profile), **common)
+        gold = res if input_path is None else run_compiled(input=golden_in, how=LocalRun(threads=threads, warmup=0,
+                                                                                         repeat=1), **common)
         ok, err = golden_check(pkg, gold.output)
         if not np.isfinite(res.output).all():
             raise RuntimeFailure(f"{path}: the model produced non-finite outputs")

@@ -112,7 +112,7 @@ def test_pi3_popc_kernel_matches_reference_under_qemu(case, tmp_path):
         pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
     from tvm import relax
 
-    from edge_sdk.runtime.execute import run_compiled
+    from edge_sdk.runtime.execute import LocalRun, run_compiled
 
     ab, wb, h, w, c, o, k, s, word, gb = case
     spec, ins, ref = _case(ab=ab, wb=wb, h=h, w=w, c=c, o=o, k=k, stride=s, word=word, glue_bits=gb)
@@ -129,6 +129,6 @@ def test_pi3_popc_kernel_matches_reference_under_qemu(case, tmp_path):
     tvm.runtime.save_param_dict_to_file(
         {f"p{i:04d}": tvm.runtime.tensor(np.ascontiguousarray(v)) for i, v in enumerate(ins)}, str(params))
     res = run_compiled(lib=lib, params=params, input=np.zeros(1, np.uint8), arch="aarch64",
-                       emulate_cpu="cortex-a53", warmup=0, repeat=1)
+                       emulate_cpu="cortex-a53", how=LocalRun(warmup=0, repeat=1))
     assert res.emulated
     np.testing.assert_array_equal(res.output, ref)

@@ -116,7 +116,7 @@ def test_pi3_build_matches_reference_under_qemu(ab, wb, tmp_path):
     pi3 = get_target("pi3")
     if shutil.which(pi3.cross_cc) is None or shutil.which("qemu-aarch64") is None:
         pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
-    from edge_sdk.runtime.execute import run_compiled
+    from edge_sdk.runtime.execute import LocalRun, run_compiled
 
     net = _net(ab, wb)
     x = golden_input(net.input_shape, seed=4)
@@ -125,7 +125,7 @@ def test_pi3_build_matches_reference_under_qemu(ab, wb, tmp_path):
     lib, pfile = tmp_path / "m.so", tmp_path / "params.bin"
     ex.export_library(str(lib), fcompile=pi3.compiler())
     tvm.runtime.save_param_dict_to_file({k: tvm.runtime.tensor(v) for k, v in params.items()}, str(pfile))
-    res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53", warmup=0, repeat=1)
+    res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53", how=LocalRun(warmup=0, repeat=1))
     assert res.emulated
     np.testing.assert_array_equal(res.output, ref.codes)
 
@@ -137,7 +137,7 @@ def test_pi3_unfused_build_matches_reference_under_qemu(stem, tmp_path):
     pi3 = get_target("pi3")
     if shutil.which(pi3.cross_cc) is None or shutil.which("qemu-aarch64") is None:
         pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
-    from edge_sdk.runtime.execute import run_compiled
+    from edge_sdk.runtime.execute import LocalRun, run_compiled
 
     net = _net(2, 1, stem=stem)
     x = golden_input(net.input_shape, seed=7)
@@ -146,7 +146,7 @@ def test_pi3_unfused_build_matches_reference_under_qemu(stem, tmp_path):
     lib, pfile = tmp_path / "m.so", tmp_path / "params.bin"
     ex.export_library(str(lib), fcompile=pi3.compiler())
     tvm.runtime.save_param_dict_to_file({k: tvm.runtime.tensor(v) for k, v in params.items()}, str(pfile))
-    res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53", warmup=0, repeat=1)
+    res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53", how=LocalRun(warmup=0, repeat=1))
     np.testing.assert_array_equal(res.output, ref.codes)
 
 

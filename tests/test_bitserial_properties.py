@@ -139,7 +139,7 @@ def test_pi3_conv2d_under_qemu_equals_integer_reference(spec, tmp_path_factory):
         pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
     from tvm import relax
 
-    from edge_sdk.runtime.execute import run_compiled
+    from edge_sdk.runtime.execute import LocalRun, run_compiled
 
     a, w = _conv_inputs(spec)
     ref = _conv_reference(spec, a, w)
@@ -160,7 +160,7 @@ def test_pi3_conv2d_under_qemu_equals_integer_reference(spec, tmp_path_factory):
     ex.export_library(str(lib), fcompile=pi3.compiler())
     tvm.runtime.save_param_dict_to_file({"p0000": tvm.runtime.tensor(xa), "p0001": tvm.runtime.tensor(wp)}, str(pfile))
     res = run_compiled(lib=lib, params=pfile, input=np.zeros(1, np.uint8), arch="aarch64", emulate_cpu="cortex-a53",
-                       warmup=0, repeat=1)
+                       how=LocalRun(warmup=0, repeat=1))
     assert res.emulated
     np.testing.assert_array_equal(res.output, ref)
 

@@ -149,7 +149,7 @@ def test_pi3_under_qemu_equals_tflite_reference(tmp_path, name):
     import tvm
 
     from edge_sdk.compiler.int8.backend import compile_int8
-    from edge_sdk.runtime.execute import run_compiled
+    from edge_sdk.runtime.execute import LocalRun, run_compiled
     from edge_sdk.targets import get_target
 
     path = DATA / f"{name}.tflite"
@@ -159,7 +159,7 @@ def test_pi3_under_qemu_equals_tflite_reference(tmp_path, name):
     ex.export_library(str(lib), fcompile=tgt.compiler())
     tvm.runtime.save_param_dict_to_file({k: tvm.runtime.tensor(v) for k, v in params.items()}, str(pfile))
     x = _input(path, 9)
-    res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53", repeat=1)
+    res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53", how=LocalRun(repeat=1))
     np.testing.assert_array_equal(res.output, _tflite(path, x, reference=True))
 
 

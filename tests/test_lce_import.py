@@ -117,7 +117,7 @@ def test_pi3_build_matches_lce_interpreter_under_qemu(lce_data, tmp_path):
         pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
     from edge_sdk.compiler.bitserial.lce import emit_lce
     from edge_sdk.compiler.lower import compile_relax
-    from edge_sdk.runtime.execute import run_compiled
+    from edge_sdk.runtime.execute import LocalRun, run_compiled
 
     path, x, expected = lce_data
     mod, _ = emit_lce(lce.read_lce(path), arch=pi3.arch, glue="fused")
@@ -125,6 +125,6 @@ def test_pi3_build_matches_lce_interpreter_under_qemu(lce_data, tmp_path):
     lib, pfile = tmp_path / "m.so", tmp_path / "params.bin"
     ex.export_library(str(lib), fcompile=pi3.compiler())
     tvm.runtime.save_param_dict_to_file({k: tvm.runtime.tensor(v) for k, v in params.items()}, str(pfile))
-    res = run_compiled(lib=lib, params=pfile, input=x[:1], arch="aarch64", emulate_cpu="cortex-a53", warmup=0, repeat=1)
+    res = run_compiled(lib=lib, params=pfile, input=x[:1], arch="aarch64", emulate_cpu="cortex-a53", how=LocalRun(warmup=0, repeat=1))
     assert res.emulated
     np.testing.assert_allclose(res.output, expected[:1], rtol=0, atol=1e-5)

@@ -18,7 +18,7 @@ import pytest
 
 from edge_sdk.errors import CompileError, RuntimeFailure, UsageError
 from edge_sdk.runtime import bundle as bundle_mod
-from edge_sdk.runtime import bundle_archive, ensure_bundle, read_bundle_manifest, run_compiled, verify_bundle
+from edge_sdk.runtime import LocalRun, bundle_archive, ensure_bundle, read_bundle_manifest, run_compiled, verify_bundle
 from edge_sdk.runtime.execute import host_arch
 
 HOST = host_arch()
@@ -148,12 +148,12 @@ def test_unknown_arch_is_a_usage_error():
 @pytest.mark.slow
 def test_run_host_matches_numpy(host_model):
     lib, params = host_model
-    r = run_compiled(lib=lib, params=params, input=X, arch=HOST, emulate_cpu=None, repeat=5)
+    r = run_compiled(lib=lib, params=params, input=X, arch=HOST, emulate_cpu=None, how=LocalRun(repeat=5))
     np.testing.assert_allclose(r.output, _reference(X), rtol=1e-5, atol=1e-5)
     assert r.output.shape == (1, 10) and r.output.dtype == np.float32
     assert not r.emulated and len(r.latencies_ms) >= 5 and r.threads == 1
     assert r.raw["num_params"] == 2 and r.raw["tvm_version"] == bundle_mod.TVM_VERSION
-    r2 = run_compiled(lib=lib, params=params, input=X, arch=HOST, emulate_cpu=None, threads=2, repeat=1)
+    r2 = run_compiled(lib=lib, params=params, input=X, arch=HOST, emulate_cpu=None, how=LocalRun(threads=2, repeat=1))
     assert r2.raw["pool_threads"] == 2 and r.raw["pool_threads"] == 1
 
 
@@ -164,7 +164,7 @@ def test_run_pi3_under_qemu_matches_numpy(pi3_model):
 
     lib, params = pi3_model
     r = run_compiled(lib=lib, params=params, input=X, arch="aarch64", emulate_cpu=get_target("pi3").emulate_cpu,
-                     repeat=3)
+                     how=LocalRun(repeat=3))
     np.testing.assert_allclose(r.output, _reference(X), rtol=1e-5, atol=1e-5)
     assert r.emulated and r.command[:3] == ["qemu-aarch64", "-cpu", "cortex-a53"]
 
@@ -187,7 +187,7 @@ def test_uint8_input_and_int32_output(tmp_path):
     bias = np.array([-300, 0, 7], np.int32)
     tvm.runtime.save_param_dict_to_file({"p0000": tvm.runtime.tensor(bias)}, str(params))
     xs = np.array([[0, 1, 255], [10, 200, 3]], np.uint8)
-    r = run_compiled(lib=lib, params=params, input=xs, arch=HOST, emulate_cpu=None, repeat=1)
+    r = run_compiled(lib=lib, params=params, input=xs, arch=HOST, emulate_cpu=None, how=LocalRun(repeat=1))
     assert r.output.dtype == np.int32
     np.testing.assert_array_equal(r.output, xs.astype(np.int32) + bias)
 

@@ -130,7 +130,7 @@ def test_pi3_under_qemu_matches_direct_conv(shape, co, pad, m, residual, act):
     pi3 = get_target("pi3")
     if shutil.which(pi3.cross_cc) is None or shutil.which("qemu-aarch64") is None:
         pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
-    from edge_sdk.runtime.execute import run_compiled
+    from edge_sdk.runtime.execute import LocalRun, run_compiled
 
     func, args, out_shape, ref, extra, x, w = _case(shape, co, pad, m, simd_of(pi3.tvm_target()),
                                                    residual=residual, act=act)
@@ -147,7 +147,7 @@ def test_pi3_under_qemu_matches_direct_conv(shape, co, pad, m, residual, act):
         tvm.runtime.save_param_dict_to_file({f"p{i:04d}": tvm.runtime.tensor(a) for i, a in enumerate(args[1:])},
                                             str(pfile))
         res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53",
-                           warmup=0, repeat=1)
+                           how=LocalRun(warmup=0, repeat=1))
     assert res.emulated
     _check(res.output[..., :co], x, w, pad, m, ref, extra)
 

@@ -182,7 +182,7 @@ def _run_host(pkg, x: np.ndarray, where: Where, tmp: Path):
 
 
 def _run_qemu(pkg, x: np.ndarray, where: Where, tmp: Path):
-    from edge_sdk.runtime.execute import run_compiled
+    from edge_sdk.runtime.execute import LocalRun, run_compiled
     from edge_sdk.targets import get_target
 
     m = pkg.manifest
@@ -193,7 +193,7 @@ def _run_qemu(pkg, x: np.ndarray, where: Where, tmp: Path):
     scores, lat = [], []
     for xi in x:
         r = run_compiled(lib=pkg.member("model.so"), params=pkg.member("params.bin"), input=xi, arch=arch,
-                         emulate_cpu=cpu, threads=where.threads, warmup=0, repeat=1)
+                         emulate_cpu=cpu, how=LocalRun(threads=where.threads, warmup=0, repeat=1))
         scores.append(r.output)
         lat.append(r.latencies_ms[0])
     return np.stack(scores), lat, f"qemu ({cpu}, emulated)", f"qemu-{cpu}", True

@@ -8,6 +8,7 @@
 Nothing here imports the TVM compiler.
 """
 from edge_sdk.runtime.bundle import bundle_archive, ensure_bundle, read_bundle_manifest, verify_bundle
-from edge_sdk.runtime.execute import RunnerResult, run_compiled
+from edge_sdk.runtime.execute import LocalRun, RunnerResult, run_compiled
 
-__all__ = ["RunnerResult", "bundle_archive", "ensure_bundle", "read_bundle_manifest", "run_compiled", "verify_bundle"]
+__all__ = ["LocalRun", "RunnerResult", "bundle_archive", "ensure_bundle", "read_bundle_manifest", "run_compiled",
+           "verify_bundle"]

@@ -5,7 +5,7 @@ what a device runs (same runner, same libtvm_runtime), and an aarch64 build runs
 `qemu-aarch64 -cpu cortex-a53` the way a Pi 3 would run it (emulated times are not A53 times).
 
     result = run_compiled(lib=Path("model.so"), params=Path("params.bin"), input=x,
-                          arch="aarch64", emulate_cpu="cortex-a53")
+                          arch="aarch64", emulate_cpu="cortex-a53", how=LocalRun(repeat=10))
     result.output, result.median_ms, result.load_ms
 """
 from __future__ import annotations
@@ -76,15 +76,31 @@ def runner_command(bundle: Path, *, arch: str, emulate_cpu: str | None) -> tuple
     return [qemu, *cpu, "-L", str(sysroot), runner], True
 
 
+@dataclass(frozen=True)
+class LocalRun:
+    """How run_compiled runs the runner here (fleet/remote.py's RemoteRun is the device's).
+
+    threads: TVM_NUM_THREADS; warmup untimed runs, then `repeat` timed ones (more until min_time_ms
+    have passed); timeout_s bounds the runner process; profile: `repeat` more runs with every VM
+    call timed (RunnerResult.profile; per-layer times via runtime/profile.py)."""
+
+    threads: int = 1
+    warmup: int = 1
+    repeat: int = 10
+    min_time_ms: float = 0
+    timeout_s: float = 900
+    profile: bool = False
+
+
 def run_compiled(*, lib: Path, params: Path, input: np.ndarray, arch: str, emulate_cpu: str | None,  # noqa: A002
-                 threads: int = 1, warmup: int = 1, repeat: int = 10, min_time_ms: float = 0,
-                 timeout_s: float = 900, profile: bool = False) -> RunnerResult:
+                 how: LocalRun | None = None) -> RunnerResult:
     """Run model `lib` with `params` on `input` using the `arch` runtime bundle.
 
     Native when `arch` is this machine's, else under qemu with CPU model `emulate_cpu`.
-    A failing runner raises RuntimeFailure carrying its stderr. `profile`: `repeat` more runs with
-    every VM call timed (RunnerResult.profile; per-layer times via runtime/profile.py).
+    A failing runner raises RuntimeFailure carrying its stderr.
     """
+    how = how or LocalRun()
+    threads, warmup, repeat, min_time_ms, timeout_s = how.threads, how.warmup, how.repeat, how.min_time_ms, how.timeout_s
     lib, params = Path(lib), Path(params)
     for what, p in (("model library", lib), ("params file", params)):
         if not p.is_file():
@@ -99,7 +115,7 @@ def run_compiled(*, lib: Path, params: Path, input: np.ndarray, arch: str, emula
         cmd = [*prefix, "--lib", str(lib.resolve()), "--params", str(params.resolve()),
                "--input", str(in_path), "--output", str(out_path), "--warmup", str(warmup),
                "--repeat", str(repeat), "--min-time-ms", str(min_time_ms), "--threads", str(threads)]
-        if profile:
+        if how.profile:
             cmd.append("--profile")
         t0 = time.perf_counter()
         try:
