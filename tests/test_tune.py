@@ -47,15 +47,15 @@ def records(tmp_path_factory, tiny):
     import os
 
     from edge_sdk.targets import get_target
-    from edge_sdk.tune.session import tune_model
+    from edge_sdk.tune.session import Search, tune_model
 
     root = tmp_path_factory.getbasetemp() / "tune-env"
     old = os.environ.get("EDGE_SDK_CACHE")
     os.environ["EDGE_SDK_CACHE"] = str(root / "cache")
     try:
         out = tmp_path_factory.mktemp("records")
-        result = tune_model(tiny, get_target("host"), trials=TRIALS, out_root=out, kernels=KERNELS,
-                            margin=float("-inf"))
+        result = tune_model(tiny, get_target("host"), search=Search(TRIALS, margin=float("-inf")), out_root=out,
+                            kernels=KERNELS)
     finally:
         os.environ.pop("EDGE_SDK_CACHE") if old is None else os.environ.__setitem__("EDGE_SDK_CACHE", old)
     return out, result
@@ -95,7 +95,7 @@ def test_interrupted_search_resumes_from_its_database(records, tiny, tmp_path):
     from tvm.s_tir import meta_schedule as ms
 
     from edge_sdk.targets import get_target
-    from edge_sdk.tune.session import tune_model, work_dir
+    from edge_sdk.tune.session import Search, tune_model, work_dir
 
     out, result = records
     wl = result.rows[0].workload
@@ -103,7 +103,7 @@ def test_interrupted_search_resumes_from_its_database(records, tiny, tmp_path):
     assert len(ms.database.JSONDatabase(work_dir=str(db_dir))) >= TRIALS
     shutil.copytree(out, tmp_path / "r")
     (tmp_path / "r" / "host" / result.rows[0].record.name).unlink()  # as if cut before the record was written
-    res = tune_model(tiny, get_target("host"), trials=TRIALS, out_root=tmp_path / "r", kernels=[wl.name])
+    res = tune_model(tiny, get_target("host"), search=Search(TRIALS), out_root=tmp_path / "r", kernels=[wl.name])
     assert res.rows[0].status in ("tuned", "ours") and res.rows[0].trials == len(
         ms.database.JSONDatabase(work_dir=str(db_dir)))
     assert (tmp_path / "r" / "host" / result.rows[0].record.name).is_file()

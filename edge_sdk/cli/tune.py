@@ -58,11 +58,13 @@ def drive_tune(args: argparse.Namespace) -> int:
         model = load_model(args, family=variant.family)
     if args.list:
         return _list(model, target, out, args)
-    from edge_sdk.tune.session import tune_model
+    from edge_sdk.tune.measure import Remote
+    from edge_sdk.tune.session import Search, tune_model
 
+    remote = Remote(args.device, args.fleet, args.known_hosts) if args.device else None
     with _Progress(err) as events:
-        result = tune_model(model, target, trials=args.trials, out_root=out, kernels=args.kernel,
-                            device=args.device, fleet=args.fleet, known_hosts=args.known_hosts, events=events, seed=args.seed)
+        result = tune_model(model, target, search=Search(args.trials, seed=args.seed), out_root=out,
+                            kernels=args.kernel, remote=remote, events=events)
     if args.json:
         print_json({"target": result.target, "out": str(result.out), "kernels": [r.to_json() for r in result.rows],
                      "untunable": result.untunable})

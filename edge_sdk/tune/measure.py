@@ -17,6 +17,8 @@ import os
 import shutil
 import statistics
 import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
@@ -99,22 +101,31 @@ class PooledBuilder(PyBuilder):
         self.pool.shutdown()
 
 
-class Measurer:
-    """The builder and runner of one tune session, for a target and an optional device."""
+@dataclass(frozen=True)
+class Remote:
+    """A fleet device to time candidates on: its name, the fleet file, the known_hosts to check it with."""
 
-    def __init__(self, target, *, device: str | None = None, fleet=None, known_hosts=None,
-                 timeout_sec: float = 30.0):
+    device: str
+    fleet: Path
+    known_hosts: Path | None = None
+
+
+class Measurer:
+    """The builder and runner of one tune session, for a target and an optional fleet device."""
+
+    def __init__(self, target, *, remote: Remote | None = None, timeout_sec: float = 30.0):
         from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner
 
         cpu_tensor_intrinsics()
         self.target = target
-        self.where = f"device {device}" if device else "host"
+        self.where = f"device {remote.device}" if remote else "host"
         self.closer = None
-        if device:
+        if remote:
             from edge_sdk.tune.device_runner import export_for, make_device_runner
 
             self.builder = PooledBuilder(export_for(target))
-            self.runner = make_device_runner(device=device, fleet=fleet, target=target, known_hosts=known_hosts)
+            self.runner = make_device_runner(device=remote.device, fleet=remote.fleet, target=target,
+                                             known_hosts=remote.known_hosts)
             self.closer = getattr(self.runner, "close", None)
         else:
             check_local(target)

@@ -1,6 +1,6 @@
 """tune_model: for each kernel workload of a model, time ours, search with MetaSchedule, keep the winner.
 
-    result = tune_model(model, target, trials=32, out_root=user_root(), events=...)
+    result = tune_model(model, target, search=Search(trials=32), out_root=user_root(), events=...)
 
 Per workload (in the model's call order):
 1. A record for it with at least `trials` trials, in out_root/<target>/ or where compile looks
@@ -26,6 +26,7 @@ from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, PyMeasureC
 
 from edge_sdk.runtime.bundle import cache_root
 from edge_sdk.tune.kernels import Workload
+from edge_sdk.tune.measure import Remote
 from edge_sdk.tuning import store
 
 # Evolutionary search sized for tens of trials, not thousands: the stock population (512) costs
@@ -117,38 +118,47 @@ def work_dir(target, wl: Workload) -> Path:
     return cache_root() / "tune" / target.name / f"{wl.kind}-{wl.whash}"
 
 
-def tune_model(model, target, *, trials: int, out_root: Path, kernels: list[str] = (), device: str | None = None,
-               fleet: Path | None = None, known_hosts: Path | None = None, events: Events | None = None,
-               seed: int = 0, margin: float = MARGIN) -> TuneResult:
-    """Tune each kernel workload of `model` (or those named in `kernels`) and write its record.
+@dataclass(frozen=True)
+class Search:
+    """How much and how strictly to tune: MetaSchedule trials per workload, the search seed, and how much
+    faster (fraction) the tuned schedule must be to be kept; tests pass margin -inf to keep it whatever
+    the timings say (a tuned record to apply, on any machine)."""
 
-    `margin`: how much faster (fraction) the tuned schedule must be to be kept; tests pass -inf to
-    keep it whatever the timings say (a tuned record to apply, on any machine)."""
+    trials: int
+    seed: int = 0
+    margin: float = MARGIN
+
+
+def tune_model(model, target, *, search: Search, out_root: Path, kernels: list[str] = (),
+               remote: Remote | None = None, events: Events | None = None) -> TuneResult:
+    """Tune each kernel workload of `model` (or those named in `kernels`) and write its record; candidates
+    are timed on `remote` (a fleet device) when given, else on this machine."""
     from edge_sdk.tune.kernels import collect, select
     from edge_sdk.tune.measure import Measurer, check_local
 
-    if device is None:
+    if remote is None:
         check_local(target)
     ev = events or Events()
     ev.stage(f"lowering {model.name} for {target.name}")
     workloads, plain = collect(model, target)
     workloads = select(workloads, list(kernels))
     result = TuneResult(target.name, Path(out_root), untunable=plain)
-    measurer = Measurer(target, device=device, fleet=fleet, known_hosts=known_hosts)
+    measurer = Measurer(target, remote=remote)
     try:
         for i, wl in enumerate(workloads):
-            result.rows.append(_tune_one(wl, i, len(workloads), target, trials=trials, out_root=Path(out_root),
-                                         measurer=measurer, events=ev, seed=seed, margin=margin))
+            result.rows.append(_tune_one(wl, (i, len(workloads)), target, search=search, out_root=Path(out_root),
+                                         measurer=measurer, events=ev))
     finally:
         measurer.close()
     return result
 
 
-def _tune_one(wl: Workload, index: int, total: int, target, *, trials, out_root, measurer, events, seed,
-              margin) -> Row:
+def _tune_one(wl: Workload, at: tuple[int, int], target, *, search: Search, out_root, measurer, events) -> Row:
+    """Workload `at` = (index, total) of the session: recorded already, or searched, timed and recorded."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
+    (index, total), trials = at, search.trials
     rec = store.RecordSet([out_root, *store.default_roots()], target).lookup(wl.func)
     if rec is not None and rec.data["trials"] >= trials:
         events.start(index, total, wl, trials=trials, done=trials)
@@ -172,7 +182,7 @@ def _tune_one(wl: Workload, index: int, total: int, target, *, trials, out_root,
                         strategy=ms.search_strategy.EvolutionarySearch(population_size=POPULATION,
                                                                        genetic_num_iters=GENETIC_ITERS),
                         measure_callbacks=[*MeasureCallback.create("default"), _BatchCallback(events)],
-                        num_tuning_cores=1, seed=seed + done)
+                        num_tuning_cores=1, seed=search.seed + done)
     done = len(db)
     best = db.get_top_k(db.commit_workload(mod), 1)
     events.stage("timing ours against the best candidate")
@@ -183,7 +193,7 @@ def _tune_one(wl: Workload, index: int, total: int, target, *, trials, out_root,
         trace = store.trace_json(best[0].trace)
         tuned_func = store.replay(wl.func, trace)
         ours, tuned = measurer.time([wl.scheduled, tuned_func])
-        won = tuned < ours * (1 - margin)
+        won = tuned < ours * (1 - search.margin)
         row = Row(wl, "tuned" if won else "ours", ours * 1e3, tuned * 1e3, done)
     import tvm
 
