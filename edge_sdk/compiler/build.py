@@ -20,7 +20,7 @@ from edge_sdk.compiler.layers import layer_table
 from edge_sdk.models.base import Model
 from edge_sdk.package import npy_bytes, write_package
 from edge_sdk.targets import Target
-from edge_sdk.variants import Variant
+from edge_sdk.variants import LCE_VARIANTS, Variant
 
 GOLDEN_RTOL = 1e-4
 GOLDEN_ATOL = 1e-5
@@ -129,11 +129,11 @@ def compile_model(model: Model, *, variant: Variant, target: Target, out: Path,
     `use_tuning` is False; `tuning_roots` are searched before the user's and the shipped records."""
     say = progress or (lambda _msg: None)
     fcompile = target.compiler()  # fails early, naming the Debian package, if the cross compiler is missing
-    if model.options.get("format") == "lce" and variant.family != "bitserial":
+    if model.options.get("format") == "lce" and not variant.lce:
         from edge_sdk.errors import UsageError
 
-        raise UsageError(f"{model.source} is a Larq binary model: compile it with --variant w1a1 "
-                         f"(or w1a1-unfused), not {variant.name}")
+        raise UsageError(f"{model.source} is a Larq binary model: compile it with --variant "
+                         f"{' or '.join(LCE_VARIANTS)}, not {variant.name}")
     seconds: dict[str, float] = {}
 
     layers = layer_table(model.mod) if model.mod is not None else []

@@ -24,6 +24,7 @@ from edge_sdk.compiler.bitserial import io, kernels as ops
 from edge_sdk.errors import CompileError, UsageError
 from edge_sdk.models.lce import ACTIVATIONS, LceGraph, bconv_geometry, pads
 from edge_sdk.quant.bitserial import pack_conv_weights
+from edge_sdk.variants import LCE_VARIANTS
 
 WORD = "uint32"
 GOLDEN_TOL = 1e-4  # float ops in float32 vs the float64 numpy reference
@@ -247,9 +248,9 @@ def lower_lce(model, variant, target, *, progress, seed: int):
     from edge_sdk.models.lce import read_lce
     from edge_sdk.quant.lce_ref import run_reference
 
-    if (variant.weight_bits, variant.activation_bits) != (1, 1):
+    if not variant.lce:
         raise UsageError(f"{model.source} is a Larq binary model (1-bit weights and activations): compile it with "
-                         f"--variant w1a1 (or w1a1-unfused), not {variant.name}")
+                         f"--variant {' or '.join(LCE_VARIANTS)}, not {variant.name}")
     g = read_lce(Path(model.source))
     x = model.example_input(seed=seed)
     golden = run_reference(g, x)
