@@ -36,7 +36,7 @@ LAYERS = {
 RESNET18_COUNT = {"56": 4, "s2": 1, "28": 3, "d": 1, "s3": 1, "14": 3, "d3": 1, "s4": 1, "7": 3, "d4": 1}
 
 
-def main() -> None:
+def _args():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", default="56,28,14,7", help="comma-separated keys of LAYERS, or 'all'")
     ap.add_argument("--ab", type=int, default=2)
@@ -45,71 +45,89 @@ def main() -> None:
     ap.add_argument("--unfused", action="store_true", help="int32 accumulators out (no glue)")
     ap.add_argument("--asm", default=None, help="write the pi3 .so and its disassembly here")
     ap.add_argument("--a53", action="store_true", help="count aarch64 instructions per call under qemu instead")
-    args = ap.parse_args()
-    os.environ.setdefault("TVM_NUM_THREADS", "1")
+    return ap.parse_args()
+
+
+def _spec(key: str, args) -> dict:
+    _, hw, c, o, k, s, p = LAYERS[key]
+    spec = dict(batch=1, height=hw, width=hw, channels=c, filters=o, kernel=k, stride=s, padding=p,
+                a_bits=args.ab, w_bits=args.wb, mode="unipolar")
+    if args.word:
+        spec["word"] = args.word
+        spec["out_word"] = args.word
+    if not args.unfused:
+        spec.update(glue_out_bits=args.ab, out_word=spec.get("out_word", "uint32"))
+    return spec
+
+
+def host_seconds(spec: dict) -> float:
+    """Process CPU seconds per call of the host kernel: the best of 7 runs of 5 calls on random inputs
+    (CPU time, not wall: the machine is shared, preemption is not ours)."""
     import tvm
 
     from edge_sdk.compiler.bitserial import kernels as ops
     from edge_sdk.targets import get_target
 
-    host, pi3 = get_target("host"), get_target("pi3")
+    host = get_target("host")
+    ex = ops.build(ops.conv2d_prim_func(arch=host.arch, **spec), target=host)
+    ins, out = ops.conv2d_compute(**spec)
+    rng = np.random.default_rng(0)
+    targs = []
+    for b in [*ins, out]:
+        shape = [int(d) for d in b.shape]
+        if b is out or (str(b.dtype) == "int32" and len(shape) == 1):
+            targs.append(tvm.runtime.tensor(np.zeros(shape, str(b.dtype))))
+        else:
+            info = np.iinfo(str(b.dtype))
+            targs.append(tvm.runtime.tensor(rng.integers(0, min(info.max, 1 << 30), shape, dtype=str(b.dtype))))
+    fn = ex.mod["main"]
+    fn(*targs)
+    runs = []
+    for _ in range(7):
+        t0 = time.process_time()
+        for _ in range(5):
+            fn(*targs)
+        runs.append((time.process_time() - t0) / 5)
+    return float(np.min(runs))
+
+
+def write_asm(key: str, spec: dict, folder: str) -> None:
+    """The pi3 kernel's .so and disassembly in folder, and its instruction mix on stdout."""
+    from edge_sdk.compiler.bitserial import kernels as ops
+    from edge_sdk.targets import get_target
+
+    pi3 = get_target("pi3")
+    d = Path(folder)
+    d.mkdir(parents=True, exist_ok=True)
+    lib = d / f"conv{key}.so"
+    ops.build(ops.conv2d_prim_func(arch=pi3.arch, **spec), target=pi3).export_library(str(lib), fcompile=pi3.compiler())
+    asm = subprocess.run(["aarch64-linux-gnu-objdump", "-d", "--no-show-raw-insn", str(lib)], check=True,
+                         capture_output=True, text=True).stdout
+    (d / f"conv{key}.s").write_text(asm)
+    ops_ = [ln.split("\t")[1] for ln in asm.splitlines() if ln.count("\t") >= 1 and ln.startswith(" ")]
+    print(f"   aarch64: {len(ops_)} instrs, cnt {ops_.count('cnt')}, uadalp {ops_.count('uadalp')}, "
+          f"uaddlp {ops_.count('uaddlp')}, ldr/str sp {asm.count('[sp')}", flush=True)
+
+
+def main() -> None:
+    args = _args()
+    os.environ.setdefault("TVM_NUM_THREADS", "1")
     keys = list(RESNET18_COUNT) if args.layers == "all" else args.layers.split(",")
     total = 0.0
     for key in keys:
         name, hw, c, o, k, s, p = LAYERS[key]
-        spec = dict(batch=1, height=hw, width=hw, channels=c, filters=o, kernel=k, stride=s, padding=p,
-                    a_bits=args.ab, w_bits=args.wb, mode="unipolar")
-        if args.word:
-            spec["word"] = args.word
-            spec["out_word"] = args.word
-        if not args.unfused:
-            spec.update(glue_out_bits=args.ab, out_word=spec.get("out_word", "uint32"))
+        spec = _spec(key, args)
         if args.a53:
             n = a53_count(spec)
             total += n * RESNET18_COUNT.get(key, 0)
             print(f"{name:34s} {n / 1e6:8.3f} M aarch64 instructions per call", flush=True)
             continue
-        func = ops.conv2d_prim_func(arch=host.arch, **spec)
-        ex = ops.build(func, target=host)
-        f = ex.mod["main"]
-        ins, out = ops.conv2d_compute(**spec)
-        bufs = [*ins, out]
-        rng = np.random.default_rng(0)
-        targs = []
-        for b in bufs:
-            shape = [int(d) for d in b.shape]
-            if b is out:
-                targs.append(tvm.runtime.tensor(np.zeros(shape, str(b.dtype))))
-                continue
-            if str(b.dtype) == "int32" and len(shape) == 1:
-                targs.append(tvm.runtime.tensor(np.zeros(shape, "int32")))
-            else:
-                info = np.iinfo(str(b.dtype))
-                targs.append(tvm.runtime.tensor(rng.integers(0, min(info.max, 1 << 30), shape, dtype=str(b.dtype))))
-        fn = ex.mod["main"]
-        fn(*targs)
-        runs = []
-        for _ in range(7):  # process CPU time, not wall: the machine is shared, preemption is not ours
-            t0 = time.process_time()
-            for _ in range(5):
-                fn(*targs)
-            runs.append((time.process_time() - t0) / 5)
-        med = float(np.min(runs))
+        med = host_seconds(spec)
         oh = (hw + 2 * p - k) // s + 1
         bops = 2 * oh * oh * o * k * k * c * args.ab * args.wb
         print(f"{name:34s} {med * 1e3:8.3f} ms  {bops / med / 1e9:7.1f} binary GOPS", flush=True)
         if args.asm:
-            d = Path(args.asm)
-            d.mkdir(parents=True, exist_ok=True)
-            lib = d / f"conv{key}.so"
-            ops.build(ops.conv2d_prim_func(arch=pi3.arch, **spec), target=pi3).export_library(
-                str(lib), fcompile=pi3.compiler())
-            asm = subprocess.run(["aarch64-linux-gnu-objdump", "-d", "--no-show-raw-insn", str(lib)], check=True,
-                                 capture_output=True, text=True).stdout
-            (d / f"conv{key}.s").write_text(asm)
-            ops_ = [ln.split("\t")[1] for ln in asm.splitlines() if ln.count("\t") >= 1 and ln.startswith(" ")]
-            print(f"   aarch64: {len(ops_)} instrs, cnt {ops_.count('cnt')}, uadalp {ops_.count('uadalp')}, "
-                  f"uaddlp {ops_.count('uaddlp')}, ldr/str sp {asm.count('[sp')}", flush=True)
+            write_asm(key, spec, args.asm)
     if args.a53 and args.layers == "all":
         print(f"ResNet18's binary convs, summed: {total / 1e6:.1f} M aarch64 instructions", flush=True)
 

@@ -42,7 +42,7 @@ def _time(fn, n: int) -> list[float]:
     return out
 
 
-def main(argv=None) -> int:
+def _args(argv):
     cache = os.environ.get("EDGE_SDK_CACHE", os.path.expanduser("~/.cache/edge-sdk"))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", nargs="?", default=os.path.join(cache, "models", "mobilenet_v1_1.0_224_float.tflite"))
@@ -50,24 +50,19 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--min-time", type=float, default=2.0, help="seconds of timed runs per engine")
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (each engine per round)")
-    args = ap.parse_args(argv)
-    os.environ["TVM_NUM_THREADS"] = str(args.threads)  # read when the TVM thread pool starts
+    return ap.parse_args(argv)
 
+
+def _tvm_runner(path: str, target):
+    """(run(x) -> output tensor, compile seconds): our build of the .tflite, loaded back as a Relax VM."""
     import tflite
     import tvm
-    from ai_edge_litert import __version__ as litert_version
-    from ai_edge_litert.interpreter import Interpreter
     from tvm import relax
     from tvm.relax.frontend.tflite import from_tflite
 
     from edge_sdk.compiler.lower import compile_relax
-    from edge_sdk.targets import get_target
 
-    if not os.path.exists(args.model):
-        print(f"error: {args.model}: no such file (tools/make_test_models.py writes it)", file=sys.stderr)
-        return 2
-    target = get_target("host")
-    with open(args.model, "rb") as f:
+    with open(path, "rb") as f:
         mod = from_tflite(tflite.Model.GetRootAsModel(f.read(), 0))
     t0 = time.perf_counter()
     ex, params = compile_relax(mod, target, progress=lambda s: print(f"  [tvm] {s}"))
@@ -77,37 +72,26 @@ def main(argv=None) -> int:
         ex.export_library(so)
         vm = relax.VirtualMachine(tvm.runtime.load_module(so), tvm.cpu())
     ps = [tvm.runtime.tensor(params[k]) for k in sorted(params)]
-
-    interp = Interpreter(model_path=args.model, num_threads=args.threads)
-    interp.allocate_tensors()
-    inp, outd = interp.get_input_details()[0], interp.get_output_details()[0]
-    x = np.random.default_rng(0).uniform(-1, 1, inp["shape"]).astype("float32")
-    xt = tvm.runtime.tensor(x)
     main_fn = vm["main"]
+    return (lambda xt: main_fn(xt, *ps)), compile_s
 
-    def run_tvm():
-        return main_fn(xt, *ps)
 
-    def run_litert():
-        interp.set_tensor(inp["index"], x)
-        interp.invoke()
-
-    out_tvm = run_tvm().numpy()
-    run_litert()
-    out_ref = interp.get_tensor(outd["index"])
-    diff = float(np.abs(out_tvm - out_ref).max())
-    status = "ok" if diff <= 1e-4 * max(1.0, float(np.abs(out_ref).max())) else "WRONG OUTPUT"
-
-    for fn in (run_tvm, run_litert):
+def _interleaved(fns: dict, args) -> dict[str, list[float]]:
+    """Warm-up, then `rounds` alternating rounds of each engine, sized to fill --min-time."""
+    for fn in fns.values():
         _time(fn, args.warmup)
-    per_round = {}
-    for name, fn in (("tvm", run_tvm), ("litert", run_litert)):
-        one = statistics.median(_time(fn, 3))
-        per_round[name] = max(3, int(args.min_time / args.rounds / max(one, 1e-6)))
-    times = {"tvm": [], "litert": []}
+    per_round = {name: max(3, int(args.min_time / args.rounds / max(statistics.median(_time(fn, 3)), 1e-6)))
+                 for name, fn in fns.items()}
+    times = {name: [] for name in fns}
     for _ in range(args.rounds):
-        times["tvm"] += _time(run_tvm, per_round["tvm"])
-        times["litert"] += _time(run_litert, per_round["litert"])
+        for name, fn in fns.items():
+            times[name] += _time(fn, per_round[name])
+    return times
+
+
+def _report(args, target, times, *, compile_s: float, diff: float, status: str) -> None:
+    import tvm
+    from ai_edge_litert import __version__ as litert_version
 
     print(f"model     {args.model}")
     print(f"machine   {_cpu_model()} ({os.cpu_count()} logical CPUs), {platform.machine()}, threads={args.threads}")
@@ -122,6 +106,42 @@ def main(argv=None) -> int:
         med[name] = statistics.median(t) * 1e3
         print(f"{label:<22}{len(t):>6}{med[name]:>12.2f}{t[0] * 1e3:>10.2f}{t[int(0.9 * (len(t) - 1))] * 1e3:>10.2f}")
     print(f"ratio     tvm / litert = {med['tvm'] / med['litert']:.2f}x (median)")
+
+
+def main(argv=None) -> int:
+    args = _args(argv)
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)  # read when the TVM thread pool starts
+
+    import tvm
+    from ai_edge_litert.interpreter import Interpreter
+
+    from edge_sdk.targets import get_target
+
+    if not os.path.exists(args.model):
+        print(f"error: {args.model}: no such file (tools/make_test_models.py writes it)", file=sys.stderr)
+        return 2
+    target = get_target("host")
+    tvm_run, compile_s = _tvm_runner(args.model, target)
+    interp = Interpreter(model_path=args.model, num_threads=args.threads)
+    interp.allocate_tensors()
+    inp, outd = interp.get_input_details()[0], interp.get_output_details()[0]
+    x = np.random.default_rng(0).uniform(-1, 1, inp["shape"]).astype("float32")
+    xt = tvm.runtime.tensor(x)
+
+    def run_tvm():
+        return tvm_run(xt)
+
+    def run_litert():
+        interp.set_tensor(inp["index"], x)
+        interp.invoke()
+
+    out_tvm = run_tvm().numpy()
+    run_litert()
+    out_ref = interp.get_tensor(outd["index"])
+    diff = float(np.abs(out_tvm - out_ref).max())
+    status = "ok" if diff <= 1e-4 * max(1.0, float(np.abs(out_ref).max())) else "WRONG OUTPUT"
+    times = _interleaved({"tvm": run_tvm, "litert": run_litert}, args)
+    _report(args, target, times, compile_s=compile_s, diff=diff, status=status)
     return 0 if status == "ok" else 1
 
 
