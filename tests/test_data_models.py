@@ -40,7 +40,7 @@ ZOO = [("mobilenet_v1", "mobilenet_v1_0.25_64_float", 0.25), ("mobilenet_v2", "m
        ("resnet18", "resnet18_w8_64_float", 0.125)]
 
 
-def _interp(name: str, resolver=None) -> "litert.Interpreter":
+def _interp(name: str, resolver=None) -> litert.Interpreter:
     kw = {} if resolver is None else {"experimental_op_resolver_type": resolver}
     it = litert.Interpreter(model_path=str(DATA / f"{name}.tflite"), num_threads=1, **kw)
     it.allocate_tensors()
@@ -159,7 +159,7 @@ def test_onnx_model_runs_and_matches_its_documented_shape():
     onnx.checker.check_model(model)
     assert {n.op_type for n in model.graph.node} >= {"Conv", "BatchNormalization", "Add", "Gemm", "Softmax"}
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (i,), (o,) = sess.get_inputs(), sess.get_outputs()
+    (i,), (_o,) = sess.get_inputs(), sess.get_outputs()
     assert (i.name, i.shape, i.type) == ("input", [1, 3, 32, 32], "tensor(float)")
     x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 32, 32)).astype(np.float32)
     (y,) = sess.run(None, {"input": x})
