@@ -17,11 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from edge_sdk.errors import MissingDependency, ModelError
+from edge_sdk.models import tflite_int8_ops as more
 from edge_sdk.quant import int8 as q8
 
 SUPPORTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "AVERAGE_POOL_2D", "MAX_POOL_2D",
              "MEAN", "RESHAPE", "SQUEEZE", "PAD", "PADV2", "CONCATENATION", "SOFTMAX", "LOGISTIC",
-             "QUANTIZE", "DEQUANTIZE")
+             "QUANTIZE", "DEQUANTIZE") + more.MORE
 _DTYPES = {0: "float32", 2: "int32", 3: "uint8", 4: "int64", 7: "int16", 9: "int8"}
 ACT_NAMES = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6"}  # fused_activation_function
 _PAD = {0: "SAME", 1: "VALID"}
@@ -84,6 +85,8 @@ def _options(op, kind: str) -> dict:
              "AVERAGE_POOL_2D": tflite.Pool2DOptions, "MAX_POOL_2D": tflite.Pool2DOptions,
              "MEAN": tflite.ReducerOptions, "SOFTMAX": tflite.SoftmaxOptions,
              "CONCATENATION": tflite.ConcatenationOptions}
+    if kind in more.MORE:
+        return more.options(op, kind)
     cls = table.get(kind)
     if cls is None or op.BuiltinOptions() is None:
         return {}
@@ -195,8 +198,6 @@ def _validate(g: Int8Graph) -> None:
     for op in g.ops:
         if op.kind not in SUPPORTED:
             raise ModelError(f"{where(op)}: not supported by the int8 compiler (supported: {', '.join(SUPPORTED)})")
-        if op.kind == "ADD" and any(g.tensors[i].data is not None for i in op.inputs):
-            raise ModelError(f"{where(op)}: ADD with a constant operand is not supported")
         for i in op.inputs + op.outputs:
             t = g.tensors[i]
             if t.dtype == "uint8":
@@ -206,11 +207,12 @@ def _validate(g: Int8Graph) -> None:
                 raise ModelError(f"{where(op)}: tensor '{t.name}' is int16 (16x8 quantization); not supported")
         if op.kind in ("QUANTIZE", "DEQUANTIZE"):
             continue
-        for i in op.inputs[:1] + op.outputs:
+        for i in more.data_inputs(op) + op.outputs:
             t = g.tensors[i]
             if t.dtype != "int8" or t.q is None:
                 raise ModelError(f"{where(op)}: tensor '{t.name}' is {t.dtype} without int8 quantization; "
                                  "the int8 variant needs a full-integer model")
+        more.validate(g, op, where(op))
         if op.kind in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"):
             w = g.tensors[op.inputs[1]]
             if w.data is None or w.dtype != "int8":

@@ -8,13 +8,12 @@ from __future__ import annotations
 import numpy as np
 
 from edge_sdk.errors import ModelError
-from edge_sdk.models.tflite_int8 import ACT_NAMES, Int8Graph, Op
+from edge_sdk.models import tflite_int8_ops as more
+from edge_sdk.models.tflite_int8 import Int8Graph, Op
 from edge_sdk.quant import int8 as q8, int8_nonlinear as qn
+from edge_sdk.quant.tflite_int8_ref_ops import add_params, eval_more, op_act
 
-
-def op_act(g: Int8Graph, op: Op) -> tuple[int, int]:
-    out = g.tensors[op.outputs[0]]
-    return q8.activation_range(ACT_NAMES.get(op.opts.get("act", 0), "NONE"), out.q.s, out.q.z)
+__all__ = ["add_params", "conv_params", "eval_op", "op_act", "run_reference"]
 
 
 def conv_params(g: Int8Graph, op: Op) -> tuple[np.ndarray, np.ndarray | None, q8.Requant]:
@@ -27,11 +26,6 @@ def conv_params(g: Int8Graph, op: Op) -> tuple[np.ndarray, np.ndarray | None, q8
         mult, shift = np.repeat(mult, n_out), np.repeat(shift, n_out)
     rq = q8.Requant(in_zp=x.q.z, multiplier=mult, shift=shift, out_zp=out.q.z, act=op_act(g, op))
     return w.data, None if bias is None else bias.astype(np.int32), rq
-
-
-def add_params(g: Int8Graph, op: Op) -> q8.AddParams:
-    a, b, out = (g.tensors[i] for i in (op.inputs[0], op.inputs[1], op.outputs[0]))
-    return q8.AddParams.make(a.q.s, a.q.z, b.q.s, b.q.z, out.q.s, out.q.z)
 
 
 def eval_op(g: Int8Graph, op: Op, env: dict[int, np.ndarray]) -> np.ndarray:
@@ -47,8 +41,8 @@ def eval_op(g: Int8Graph, op: Op, env: dict[int, np.ndarray]) -> np.ndarray:
                                    depth_multiplier=t_out.shape[-1] // t_in.shape[-1])
     if k == "FULLY_CONNECTED":
         return q8.fully_connected(x, *conv_params(g, op)).reshape(t_out.shape)
-    if k == "ADD":
-        return q8.add(x, env[op.inputs[1]], add_params(g, op), op_act(g, op))
+    if k in more.MORE or k in ("ADD", "LOGISTIC"):  # ADD: a constant or broadcast operand too
+        return eval_more(g, op, env)
     if k in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
         fn = q8.avg_pool if k == "AVERAGE_POOL_2D" else q8.max_pool
         return fn(x, kh=o["filter"][0], kw=o["filter"][1], stride=o["stride"], padding=o["padding"],
@@ -71,8 +65,6 @@ def eval_op(g: Int8Graph, op: Op, env: dict[int, np.ndarray]) -> np.ndarray:
         return np.clip(y, lo, hi).astype(np.int8)
     if k == "SOFTMAX":
         return qn.softmax(x, beta=o["beta"], in_scale=t_in.q.s)
-    if k == "LOGISTIC":
-        return qn.logistic(x, qn.logistic_table(t_in.q.s, t_in.q.z, t_out.q.s, t_out.q.z))
     if k == "QUANTIZE":
         if t_in.dtype == "float32":
             return q8.quantize(x, t_out.q.s, t_out.q.z)
@@ -87,6 +79,8 @@ def run_reference(g: Int8Graph, x: np.ndarray, *, keep: bool = False):
     """Run the whole graph; returns the output (and, with keep=True, every intermediate tensor by index)."""
     env = {g.inputs[0]: np.asarray(x)}
     for op in g.ops:
-        env[op.outputs[0]] = eval_op(g, op, env)
+        y = eval_op(g, op, env)
+        for i, v in zip(op.outputs, y if isinstance(y, list) else [y]):
+            env[i] = v
     out = env[g.outputs[0]]
     return (out, env) if keep else out

@@ -20,7 +20,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from edge_sdk.compiler.int8 import glue, kernels
+from edge_sdk.compiler.int8 import glue, kernels, more
 from edge_sdk.compiler.lower import lift_params
 from edge_sdk.compiler.ops.common import simd_of
 from edge_sdk.errors import CompileError, ModelError, UsageError
@@ -90,10 +90,17 @@ def build_relax(g: Int8Graph, target: tvm.target.Target) -> tuple[tvm.IRModule, 
                 t_out = g.tensors[op.outputs[0]]
                 counts[op.kind] = counts.get(op.kind, 0) + 1
                 name = f"{op.kind.lower()}_{op.index}"
+                vals = more.emit(bb, g, op, env, name=name)  # issue 14's ops (compiler/int8/more.py)
+                if vals is not None:
+                    env.update(zip(op.outputs, vals))
+                    continue
                 k = _kernel_for(g, op, simd, name)
                 if k is not None:
                     gv = bb.add_func(k.func, name)
                     args = [env[i] for i in op.inputs[:2 if op.kind == "ADD" else 1]]
+                    if op.kind == "FULLY_CONNECTED" and len(g.tensors[op.inputs[0]].shape) != 2:
+                        k_in = g.tensors[op.inputs[1]].shape[1]  # (1,1,1,K) after a keep-dims pool
+                        args[0] = bb.emit(relax.op.reshape(args[0], (-1, k_in)))
                     args += [relax.const(c) for c in k.consts]
                     val = bb.emit(relax.call_tir(gv, args, relax.TensorType(k.out_shape, k.out_dtype)))
                     if k.out_shape[-1] > t_out.shape[-1]:  # the GEMM's channel padding
