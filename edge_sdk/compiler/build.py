@@ -140,7 +140,7 @@ def compile_model(model: Model, *, variant: Variant, target: Target, out: Path,
     t0 = time.perf_counter()
     say(f"reference run and build for {target.name}")
     extra = {"tuning": tuning_records(target, use=use_tuning, extra=list(tuning_roots))} \
-        if variant.family == "float" else {}
+        if variant.tunable else {}
     low = _backend(variant.family)(model, variant, target, progress=say, seed=seed, **extra)
     layers = low.layers if low.layers is not None else layers
     seconds["build"] = time.perf_counter() - t0

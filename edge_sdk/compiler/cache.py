@@ -8,7 +8,7 @@ A cached .edgepkg is named by a hash of everything compile_model's output depend
 - the sources that shape a package: compiler/, models/, quant/, runtime/ (the LiteRT golden reference),
   tuning/ (record replay), package.py, targets.py, variants.py -- so a teammate's faster kernel is
   rebuilt, not served stale;
-- for the variants compile applies tuning records to (the float family): every record file under the
+- for the variants compile applies tuning records to (variants.py: tunable): every record file under the
   roots compile searches (--tuning-records DIRs, then the user's and the shipped ones), so a package
   built before `edge-sdk tune` is not served after it.
 """
@@ -40,8 +40,8 @@ def sources_digest() -> str:
 
 
 def applies_tuning(variant) -> bool:
-    """Whether compile_model applies tuning records to this variant (compiler/build.py: the float family)."""
-    return variant.family == "float"
+    """Whether compile_model applies tuning records to this variant (the table's tunable variants)."""
+    return variant.tunable
 
 
 def tuning_digest(variant, *, use_tuning: bool = True, tuning_roots: Sequence[Path] = ()) -> str | None:
