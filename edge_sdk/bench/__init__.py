@@ -4,7 +4,7 @@
     result = run_bench(model, variants=["float32", "int8"], peers=True)   # -> BenchResult
     result.rows, result.to_json()
 
-CLI (edge_sdk/cli/bench.py): `edge-sdk bench MODEL --variants float32,int8,w1a2 [--threads 1,2] [--peers] [--emulate pi3]`.
+CLI (the CLI package's bench module): `edge-sdk bench MODEL --variants float32,int8,w1a2 [--threads 1,2] [--peers] [--emulate pi3]`.
 """
 from edge_sdk.bench.bench import BenchResult, BenchRow, run_bench
 

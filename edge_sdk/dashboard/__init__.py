@@ -1,6 +1,6 @@
 """The latency dashboard: one local page (served, or exported as one offline HTML file) over the results store.
 
-The command line is edge_sdk/cli/dashboard.py (`edge-sdk dashboard [--export OUT.html]`).
+The command line (`edge-sdk dashboard [--export OUT.html]`) is the CLI package's dashboard module.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The results store (SQLite): `ResultsStore.record_run` writes runs (bench, the classify app), the dashboard reads them.
 
-The command line is edge_sdk/cli/results.py (`edge-sdk results {record,list,export}`).
+The command line (`edge-sdk results {record,list,export}`) is the CLI package's results module.
 """
 from __future__ import annotations
 
