@@ -58,7 +58,7 @@ def load_images(folder: Path, model, *, limit: int = 256) -> list[np.ndarray]:
                 arr = np.asarray(im.convert("RGB"))
         except (OSError, UnidentifiedImageError) as e:
             raise UsageError(f"{p}: not a readable image ({e})") from e
-        out.append(model.preprocess.apply(arr).astype(np.float32))
+        out.append(model.preprocess.apply(arr, layout=model.layout))  # runtime/preprocess.py, as eval and the device
     return out
 
 
