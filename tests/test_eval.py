@@ -230,3 +230,15 @@ def test_the_package_cache_key_covers_preprocessing_and_labels(tmp_path):
     area = package_path(m, v, t, folder=tmp_path)
     m.labels = ["a", "b", "c", "d"]
     assert len({base, area, package_path(m, v, t, folder=tmp_path)}) == 3
+
+
+def test_the_device_half_imports_only_numpy_the_stdlib_and_the_bundle():
+    import ast
+
+    from edge_sdk.evaluation.engine import EVAL_BATCH
+
+    tree = ast.parse(EVAL_BATCH.read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert names <= {"__future__", "argparse", "json", "os", "sys", "time", "pathlib", "numpy", "edge_sdk_runtime",
+                     "tvm_ffi"}, names

@@ -91,6 +91,10 @@ def test_int8_accuracy_equals_litert_and_qemu_agrees(tmp_path, digits, labels, d
     assert res["top1_correct"] == int((preds == y).sum()) and res["images"] == 360
     wrong = {Path(w["image"]).name for w in res["misclassified"]}
     assert wrong == {p.name for p, ok in zip(sorted_samples(digits), preds == y) if not ok}
+    first = sorted_samples(digits)[0]  # `edge-sdk run --input IMAGE` quantizes the input as eval does
+    capsys.readouterr()
+    assert main(["run", str(host), "--input", str(first), "--repeat", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["top_k"][0]["class"] == preds[0]
     if shutil.which("aarch64-linux-gnu-g++") is None or shutil.which("qemu-aarch64") is None:
         pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
     pi3 = _compile(src, tmp_path / "q_pi3.edgepkg", labels, "--variant", "int8", "--target", "pi3")
