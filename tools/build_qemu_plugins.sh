@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build QEMU's TCG plugins (libinsn.so: executed-instruction counter; libcache.so: L1 I/D + L2 cache
-# simulator from contrib/plugins/cache.c) for the installed qemu-user, from Debian's own qemu source
+# simulator from contrib/plugins/cache.c; libtiming.so: ours, tools/qemu_plugins/timing.c, per-block
+# counts for the A53 timing model) for the installed qemu-user, from Debian's own qemu source
 # package, into $EDGE_SDK_CACHE/qemu-plugins/<qemu version>/.
 #
 # Why: `edge-sdk bench --emulate pi3` counts aarch64 instructions per inference under
@@ -57,7 +58,11 @@ OUT="$CACHE/qemu-plugins/${VERSION//[:+~]/_}"
 if [[ "${1:-}" == "--guest-python" ]]; then
   guest_python
 fi
-if [[ -f "$OUT/libinsn.so" && -f "$OUT/libcache.so" && -f "$OUT/.built" ]]; then
+PLUGINS_SRC="$(cd "$(dirname "$0")" && pwd)/qemu_plugins"
+# Rebuild when our own plugin sources (tools/qemu_plugins/*.c) changed since the last build.
+STAMP="$VERSION $(cat "$PLUGINS_SRC"/*.c | sha1sum | cut -c1-12)"
+if [[ -f "$OUT/libinsn.so" && -f "$OUT/libcache.so" && -f "$OUT/libtiming.so" && -f "$OUT/.built" \
+      && "$(cat "$OUT/.built")" == "$STAMP" ]]; then
   echo "$OUT"
   exit 0
 fi
@@ -125,6 +130,12 @@ done
 # LRU/FIFO/random eviction; it prints per-core totals and the top `limit` missing instructions.
 # shellcheck disable=SC2086
 gcc -shared -fPIC -O2 -I"$SRCDIR/include/qemu" "$SRCDIR/contrib/plugins/cache.c" -o "$OUT.tmp/libcache.so" $GLIB
+# Ours (tools/qemu_plugins/): libtiming.so records per-block, per-vCPU counts and A53 cache misses for
+# the Cortex-A53 timing model (edge_sdk/timing/), against the same qemu-plugin.h.
+for src in "$PLUGINS_SRC"/*.c; do
+  # shellcheck disable=SC2086
+  gcc -shared -fPIC -O2 -Wall -I"$SRCDIR/include/qemu" "$src" -o "$OUT.tmp/lib$(basename "$src" .c).so" $GLIB
+done
 [[ -f "$OUT.tmp/libinsn.so" ]] || { echo "error: libinsn.so was not built" >&2; exit 1; }
 # Smoke test: the plugin loads into this qemu and counts something.
 printf 'int main(void){return 0;}\n' > t.c
@@ -134,6 +145,8 @@ if command -v aarch64-linux-gnu-gcc >/dev/null; then
   grep -q 'insns: [1-9]' log || { echo "error: libinsn.so loaded but counted nothing: $(cat log)" >&2; exit 1; }
   qemu-aarch64 -L /usr/aarch64-linux-gnu -plugin "$OUT.tmp/libcache.so",l2=on,limit=0 -d plugin -D clog ./t
   grep -qE '^0 +[1-9][0-9]* ' clog || { echo "error: libcache.so loaded but reported no totals: $(cat clog)" >&2; exit 1; }
+  qemu-aarch64 -L /usr/aarch64-linux-gnu -plugin "$OUT.tmp/libtiming.so",out="$WORK/tlog" ./t
+  grep -q '^T end 1' tlog || { echo "error: libtiming.so loaded but wrote no profile" >&2; exit 1; }
 fi
 # The guest clock shim: counts are deterministic only if the guest's code path is, and timing loops,
 # printed latencies and Python's start-up read the clock and random bytes. LD_PRELOADed into the guest
@@ -175,6 +188,6 @@ ssize_t getrandom(void *buf, size_t n, unsigned flags) {
 C
   aarch64-linux-gnu-gcc -shared -fPIC -O2 fakeclock.c -o "$OUT.tmp/libfakeclock-aarch64.so"
 fi
-echo "$VERSION" > "$OUT.tmp/.built"
+echo "$STAMP" > "$OUT.tmp/.built"
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
 echo "$OUT"

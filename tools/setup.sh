@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(python3 python3-venv python3-dev g++ g++-aarch64-linux-gnu qemu-user qemu-user-static binfmt-support debootstrap
-              openssh-server openssh-client iproute2 ca-certificates chromium python3-numpy)
+              openssh-server openssh-client iproute2 ca-certificates chromium python3-numpy
+              llvm-14)  # llvm-mc-14: the A53 timing model disassembles executed blocks (edge_sdk/timing)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

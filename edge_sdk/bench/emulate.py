@@ -52,6 +52,9 @@ import numpy as np
 
 from edge_sdk.errors import MissingDependency, RuntimeFailure, UsageError
 from edge_sdk.runtime.bundle import cache_root, ensure_bundle
+# The instruction-count proxy of --memory rows, re-exported for its callers (the A53 timing model from
+# the executed blocks is edge_sdk/timing: timing_session below).
+from edge_sdk.timing.proxy import A53, A53Model, memory_row  # noqa: F401
 from edge_sdk.targets import CacheConfig, by_emulation_cpu
 
 SYSROOT = Path("/usr/aarch64-linux-gnu")
@@ -85,16 +88,20 @@ class Count:
                 "memory": self.memory}
 
 
-def plugin_dir(*, memory: bool = False) -> Path:
-    """The newest built plugin directory (libinsn.so + the clock shim; + libcache.so for memory)."""
+def plugin_dir(*, memory: bool = False, timing: bool = False) -> Path:
+    """The newest built plugin directory (libinsn.so + the clock shim; + libcache.so for memory,
+    + libtiming.so for the A53 timing model)."""
     dirs = sorted((p.parent for p in (cache_root() / "qemu-plugins").glob("*/.built")),
                   key=lambda p: p.stat().st_mtime, reverse=True)
-    need = ("libinsn.so", "libfakeclock-aarch64.so") + (("libcache.so",) if memory else ())
+    need = ("libinsn.so", "libfakeclock-aarch64.so") + (("libcache.so",) if memory else ()) + (
+        ("libtiming.so",) if timing else ())
     for d in dirs:
         if all((d / n).is_file() for n in need):
             return d
-    what = "QEMU's libcache.so plugin (contrib/plugins/cache.c)" if memory and any(
-        (d / "libinsn.so").is_file() for d in dirs) else "QEMU's libinsn.so plugin"
+    has_insn = any((d / "libinsn.so").is_file() for d in dirs)
+    what = ("the A53 timing plugin libtiming.so (tools/qemu_plugins/timing.c)" if timing and has_insn else
+            "QEMU's libcache.so plugin (contrib/plugins/cache.c)" if memory and has_insn else
+            "QEMU's libinsn.so plugin")
     raise MissingDependency(f"counting {'cache misses' if memory else 'instructions'} needs {what}, which is not built",
                             hint="bash tools/build_qemu_plugins.sh")
 
@@ -178,12 +185,14 @@ def _qemu() -> str:
 
 
 def count_once(argv: list[str], *, prefix: Path, cpu: str, work: Path, guest_env: dict[str, str],
-               timeout_s: float = 1800, caches: CacheConfig | None = None) -> int | tuple[int, dict[str, int]]:
+               timeout_s: float = 1800, caches: CacheConfig | None = None,
+               timing: str | None = None) -> int | tuple[int, dict[str, int]]:
     """Instructions the whole guest process executes (deterministic), running argv in `work`.
 
-    With `caches`, the same run also loads libcache.so and returns (instructions, cache totals).
+    With `caches`, the same run also loads libcache.so and returns (instructions, cache totals);
+    with `timing` (libtiming.so's arguments, edge_sdk/timing/qemu.py), also the A53 timing plugin.
     """
-    plugins = plugin_dir(memory=caches is not None)
+    plugins = plugin_dir(memory=caches is not None, timing=timing is not None)
     log = work / "insn.log"
     log.unlink(missing_ok=True)
     env_args = []
@@ -193,6 +202,8 @@ def count_once(argv: list[str], *, prefix: Path, cpu: str, work: Path, guest_env
            "-plugin", f"{plugins / 'libinsn.so'},inline=on", "-d", "plugin", "-D", str(log)]
     if caches is not None:
         cmd[-4:-4] = ["-plugin", f"{plugins / 'libcache.so'},{caches.plugin_args()}"]
+    if timing is not None:
+        cmd[-4:-4] = ["-plugin", f"{plugins / 'libtiming.so'},{timing}"]
     cmd += argv
     if shutil.which("setarch"):
         cmd = ["setarch", os.uname().machine, "-R", *cmd]
@@ -235,15 +246,45 @@ def _session_caches(caches: CacheConfig | None) -> CacheConfig | None:
 def _remember(path: Path, count: Count) -> None:
     if _SESSION.get() is not None and count.memory is not None:
         _SESSION.get()["seen"][str(path)] = count
+    timing = _TIMING.get()
+    if timing is not None and timing.get("last") is not None:
+        timing["seen"][str(path)] = timing.pop("last")
+
+
+_TIMING: contextvars.ContextVar[dict | None] = contextvars.ContextVar("edge_sdk_emulate_timing", default=None)
+
+
+@contextmanager
+def timing_session(*, threads: int = 1):
+    """Within it, counted runs also load libtiming.so, and each counted file's per-inference block
+    profile (edge_sdk.timing.profile.PerInference) is kept by its path ({str(path): PerInference})."""
+    token = _TIMING.set({"threads": threads, "seen": {}, "last": None})
+    try:
+        yield _TIMING.get()["seen"]
+    finally:
+        _TIMING.reset(token)
 
 
 def _run_counts(argv_for, *, ks, prefix, cpu, work, guest_env, caches, after=None) -> tuple[dict, dict]:
-    counts, raw = {}, {}
+    counts, raw, profiles = {}, {}, {}
+    timing = _TIMING.get()
     for k in ks:
-        got = count_once(argv_for(k), prefix=prefix, cpu=cpu, work=work, guest_env=guest_env, caches=caches)
+        targs = None
+        if timing is not None:
+            from edge_sdk.timing import qemu as timing_qemu
+
+            targs = timing_qemu.plugin_args(work / f"timing-{k}.txt", roots=(prefix, Path(argv_for(k)[0]).parents[1]),
+                                            threads=int(guest_env.get("OMP_NUM_THREADS",
+                                                                      guest_env.get("TVM_NUM_THREADS", "1"))))
+        got = count_once(argv_for(k), prefix=prefix, cpu=cpu, work=work, guest_env=guest_env, caches=caches,
+                         timing=targs)
         counts[k], raw[k] = (got, None) if caches is None else got
+        if timing is not None:
+            profiles[k] = timing_qemu.read_run(work / f"timing-{k}.txt")
         if after:
             after(k)
+    if timing is not None and K_LOW in profiles and K_HIGH in profiles:
+        timing["last"] = timing_qemu.per_inference(profiles[K_LOW], profiles[K_HIGH], k_low=K_LOW, k_high=K_HIGH)
     return counts, raw
 
 
@@ -333,52 +374,6 @@ def _memory(raw: dict[int, dict | None], caches: CacheConfig | None) -> dict | N
     return {**per, "raw": {str(k): r for k, r in raw.items()}, "caches": asdict(caches),
             "note": "misses per inference: (K=3 - K=1) / 2 under qemu's cache.c; DRAM bytes = L2 misses x line "
                     "(line fills only: dirty write-backs and prefetches are not modelled)"}
-
-
-# ------------------------------------------------------------------ the A53 cycle model
-@dataclass(frozen=True)
-class A53Model:
-    """A stated model of a Pi 3B's A53 core, not a measurement: every L2 access and miss stalls in full.
-
-        cycles = instructions / ipc  +  L2 hits x l2_hit_cycles  +  L2 misses x dram_cycles
-
-    - ipc 1.0: our assumption, half the A53's dual-issue in-order peak (TRM DDI 0500, 1.1); not a
-      published figure. Ratios between variants hold as long as their instruction mixes are alike.
-    - l2_hit_cycles 13, dram_cycles 124: the A53's L1 and L2 miss penalties as given in Hennessy &
-      Patterson, Computer Architecture: A Quantitative Approach, 6th ed., 2.6 (an A53 at ~1.3 GHz,
-      not a Pi 3B measurement; its LPDDR2 behind the VideoCore is, if anything, slower).
-    No overlap of misses with work (the A53 has a prefetcher and non-blocking linefills: this
-    overstates streaming traffic's cost), and no branch, TLB or dual-issue pairing effects.
-    Roofline verdict: the memory roof's time for the DRAM bytes at the target's mem_gbps against
-    instructions / ipc at its clock: "memory" when the DRAM bytes take longer.
-    """
-
-    ipc: float = 1.0
-    l2_hit_cycles: float = 13.0
-    dram_cycles: float = 124.0
-
-    def cycles(self, *, instructions: float, memory: dict, clock_ghz: float, mem_gbps: float) -> dict:
-        compute = instructions / self.ipc
-        l2_hits = max(0.0, memory["l2_accesses"] - memory["l2_misses"])
-        l2_stall, dram_stall = l2_hits * self.l2_hit_cycles, memory["l2_misses"] * self.dram_cycles
-        total = compute + l2_stall + dram_stall
-        bw_cycles = memory["dram_bytes"] / (mem_gbps / clock_ghz)  # bytes / (bytes per cycle)
-        return {"cycles": total, "compute_cycles": compute, "l2_stall_cycles": l2_stall,
-                "dram_stall_cycles": dram_stall, "memory_share": (l2_stall + dram_stall) / total if total else 0.0,
-                "dram_bw_cycles": bw_cycles, "bound": "memory" if bw_cycles > compute else "compute",
-                "ms_at_clock": total / (clock_ghz * 1e6), "model": asdict(self) | {"clock_ghz": clock_ghz,
-                                                                                    "mem_gbps": mem_gbps}}
-
-
-A53 = A53Model()
-
-
-def memory_row(count: Count, *, target) -> dict | None:
-    """A bench row's memory figures: per-inference counters, DRAM bytes, and A53Model's terms at the target."""
-    if count.memory is None:
-        return None
-    return count.memory | A53.cycles(instructions=count.per_inference, memory=count.memory,
-                                     clock_ghz=target.clock_ghz, mem_gbps=target.mem_gbps)
 
 
 def peer_rows_with_memory(peers_mod, caches: CacheConfig, key, run) -> list:

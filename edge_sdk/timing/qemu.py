@@ -1,0 +1,53 @@
+"""libtiming.so under qemu: its arguments, and the per-inference profile of a K=1 and a K=3 run.
+
+bench/emulate.py runs the guest (its count_once / timing_session); this module only knows the
+plugin: the cache geometry it simulates (the Pi 3's, as `--memory`), and, for runs with more than
+one thread, where the parallel runtime is (OpenMP's GOMP_parallel for ncnn, TVM's
+TVMBackendParallelLaunch for our runner): each entry starts a parallel region (an epoch), and the
+runtime's own code (waiting, waking) is kept out of the threads' work.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from edge_sdk.timing import profile as P
+from edge_sdk.timing.symbols import symbol_value
+
+# (file name pattern, parallel-region entry symbol) of the runtimes we know.
+RUNTIMES = (("libgomp", "GOMP_parallel"), ("libtvm_runtime", "TVMBackendParallelLaunch"))
+
+
+def cache_args(cores: int = 4) -> str:
+    """The Pi 3 (BCM2837) caches, as bench/emulate.CacheConfig gives them to cache.c."""
+    return (f"dcachesize={32 * 1024},dassoc=4,icachesize={32 * 1024},iassoc=2,l2cachesize={512 * 1024},"
+            f"l2assoc=16,blksize=64,cores={cores}")
+
+
+def find_runtimes(roots: list[Path]) -> list[tuple[Path, str]]:
+    """Parallel-runtime libraries under the guest's roots: (file, entry symbol)."""
+    found = []
+    for root in roots:
+        for pattern, sym in RUNTIMES:
+            for f in sorted(root.glob(f"**/{pattern}*.so*")) if root.is_dir() else []:
+                if f.is_file() and not f.is_symlink():
+                    found.append((f, sym))
+    return found
+
+
+def plugin_args(out: Path, *, threads: int = 1, roots: tuple[Path, ...] = ()) -> str:
+    """libtiming.so's argument string: output file, caches and (threads > 1) region marks."""
+    args = [f"out={out}", cache_args()]
+    if threads > 1:
+        for f, sym in find_runtimes(list(roots)):
+            addr = symbol_value(f, sym)
+            if addr is not None:
+                args += [f"mark={f.name}@{addr:x}", f"skip={f.name}"]
+    return ",".join(args)
+
+
+def read_run(path: Path) -> P.Profile:
+    return P.read_profile(path)
+
+
+def per_inference(k1: P.Profile, k3: P.Profile, *, k_low: int, k_high: int, meta: dict | None = None):
+    return P.per_inference(k1, k3, k_low=k_low, k_high=k_high, meta=meta)

@@ -1,0 +1,70 @@
+"""Guest code addresses -> (file, function): the plugin's mappings plus each file's ELF symbols.
+
+Symbols come from `nm` (binutils; the aarch64 cross binutils ship with g++-aarch64-linux-gnu): the
+dynamic table, and the static one where the file is not stripped. A block's function is the
+nearest symbol at or below its address in the file that maps it.
+"""
+from __future__ import annotations
+
+import bisect
+import functools
+import shutil
+import subprocess
+from pathlib import Path
+
+from edge_sdk.timing.profile import Mapping
+
+NM = ("aarch64-linux-gnu-nm", "nm")
+
+
+@functools.lru_cache(maxsize=64)
+def elf_symbols(path: str, mtime: float = 0.0) -> tuple[list[int], list[str]]:
+    """(sorted addresses, names) of the code symbols of an ELF file (empty if nm cannot read it)."""
+    tool = next((t for t in NM if shutil.which(t)), None)
+    if tool is None or not Path(path).is_file():
+        return [], []
+    seen: dict[int, str] = {}
+    for extra in (["-D"], []):
+        proc = subprocess.run([tool, "--defined-only", "-C", *extra, path], capture_output=True, text=True,
+                              check=False)
+        for line in proc.stdout.splitlines():
+            parts = line.split(None, 2)
+            if len(parts) == 3 and parts[1] in "TtWi":
+                seen.setdefault(int(parts[0], 16), parts[2].split("@")[0])
+    addrs = sorted(seen)
+    return addrs, [seen[a] for a in addrs]
+
+
+def symbol_value(path: Path, name: str) -> int | None:
+    """The ELF address of a code symbol, or None."""
+    addrs, names = elf_symbols(str(path), path.stat().st_mtime if path.is_file() else 0.0)
+    for a, n in zip(addrs, names, strict=True):
+        if n == name:
+            return a
+    return None
+
+
+class Symbolizer:
+    """Guest address -> (file name, function) for one run's mappings."""
+
+    def __init__(self, maps: list[Mapping]):
+        self.maps = sorted(maps, key=lambda m: m.lo)
+        self._lo = [m.lo for m in self.maps]
+        self.base: dict[str, int] = {}
+        for m in self.maps:
+            if m.offset == 0:
+                self.base[m.path] = min(self.base.get(m.path, m.lo), m.lo)
+
+    def file_of(self, addr: int) -> str | None:
+        i = bisect.bisect_right(self._lo, addr) - 1
+        return self.maps[i].path if i >= 0 and addr < self.maps[i].hi else None
+
+    def lookup(self, addr: int) -> tuple[str, str]:
+        path = self.file_of(addr)
+        if path is None:
+            return "?", f"0x{addr:x}"
+        rel = addr - self.base.get(path, 0)
+        p = Path(path)
+        addrs, names = elf_symbols(path, p.stat().st_mtime if p.is_file() else 0.0)
+        i = bisect.bisect_right(addrs, rel) - 1
+        return p.name, (names[i] if i >= 0 else f"{p.name}+0x{rel:x}")

@@ -1,0 +1,73 @@
+"""N threads on four A53 cores: per-thread work, parallel regions, fork/join, the shared DRAM.
+
+Under qemu each guest thread is a vCPU with its own block counts (its own work) and its own L1
+caches in libtiming.so, all sharing one 512 KB L2. With more than one thread the run marks the
+entries of the parallel runtime (GOMP_parallel, TVMBackendParallelLaunch) and keeps the runtime's
+own code (waking, waiting, barriers: spin counts that depend on the host) out of every thread's
+work. Per epoch (from one region entry to the next) each thread's work in cycles is its
+instructions x its cycles per instruction plus its load misses x their stalls, and the epoch takes
+as long as its slowest thread; a region adds fork_join cycles (a53.A53.fork_join). As for
+instructions, the per-inference figure is (sum over the K=3 run's epochs - sum over K=1's) / 2.
+
+Floor: the DRAM traffic (line fills, prefetches and write-backs) cannot move faster than the
+target's memory bandwidth (targets.Target.mem_gbps): per block for one thread (model.py), and per
+epoch for all threads together, which share it.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from edge_sdk.timing.a53 import A53
+from edge_sdk.timing.profile import PerInference
+
+_RUNTIME = re.compile(r"/(libgomp[^/]*|libtvm_runtime[^/]*)$")
+
+
+def runtime_blocks(pi: PerInference) -> np.ndarray:
+    """Bool per block: code of the parallel runtime (kept out of the threads' work)."""
+    ranges = [(m.lo, m.hi) for m in pi.maps if _RUNTIME.search(m.path)]
+    va = np.array([b[0] for b in pi.blocks], dtype=np.uint64)
+    out = np.zeros(len(pi.blocks), dtype=bool)
+    for lo, hi in ranges:
+        out |= (va >= lo) & (va < hi)
+    return out
+
+
+def _epoch_sum(epochs: dict, cpi: dict, c: A53, line_cycles: float) -> tuple[float, float, int]:
+    """(sum over epochs of the slowest thread, of which the shared-bandwidth excess, epochs) of one run."""
+    if not epochs:
+        return 0.0, 0.0, 0
+    n = max(len(e) for e in epochs.values())
+    per, lines = np.zeros((len(epochs), n)), np.zeros(n)
+    for row, (v, e) in enumerate(sorted(epochs.items())):
+        insns, ld1, ld2, dram = (e[:, i].astype(float) for i in range(4))
+        per[row, :len(e)] = insns * cpi.get(v, 1.0) + (ld1 - ld2) * c.l2_hit + ld2 * c.dram
+        lines[:len(e)] += dram
+    slowest = per.max(axis=0)
+    shared = lines * line_cycles  # all cores' DRAM lines through one memory
+    return float(np.maximum(slowest, shared).sum()), float(np.maximum(shared - slowest, 0).sum()), n
+
+
+def combine(pi: PerInference, terms: dict, *, threads_n: int, c: A53, line_cycles: float) -> dict:
+    """modelled_cycles of the inference from the per-vCPU terms (see module docstring)."""
+    busiest = max((t["cycles"] for t in terms.values()), default=0.0)
+    out = {"fork_join": 0.0, "parallel_wait": 0.0, "shared_bandwidth": 0.0, "regions": 0.0}
+    if threads_n <= 1 or len(terms) == 1:
+        total = sum(t["cycles"] for t in terms.values())
+    elif pi.epochs.get("k1") and pi.epochs.get("k3"):
+        # each thread's cycles per instruction without its memory stalls (added per epoch)
+        cpi = {v: (t["cycles"] - t["l2_stall"] - t["dram_stall"]) / t["instructions"]
+               for v, t in terms.items() if t["instructions"] > 0}
+        s1, b1, e1 = _epoch_sum(pi.epochs["k1"], cpi, c, line_cycles)
+        s3, b3, e3 = _epoch_sum(pi.epochs["k3"], cpi, c, line_cycles)
+        k = pi.meta.get("k_high", 3) - pi.meta.get("k_low", 1)
+        regions, span = (e3 - e1) / k, (s3 - s1) / k
+        out |= {"regions": regions, "fork_join": regions * c.fork_join, "shared_bandwidth": (b3 - b1) / k,
+                "parallel_wait": max(0.0, span - busiest)}
+        total = span + regions * c.fork_join
+    else:
+        total = busiest
+    out["modelled_cycles"] = total
+    return out

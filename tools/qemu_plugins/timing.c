@@ -1,0 +1,682 @@
+/*
+ * libtiming.so: a QEMU 7.2 TCG plugin that records what a Cortex-A53 timing model needs
+ * (edge_sdk/timing/): for every translation block its guest address, instruction bytes and, per
+ * vCPU (per guest thread in user mode), how often it ran, how often its last instruction branched
+ * away (next block is not the fall-through), its most frequent predecessor, and the L1/L2 misses
+ * of its loads, stores and instruction fetches in a simulated Cortex-A53 cache hierarchy:
+ * a private L1 D and L1 I per core (vCPU i -> core i % cores) and one L2 shared by all cores.
+ *
+ * Cost: one callback per executed block (not per instruction) and one per memory access (as
+ * contrib/plugins/cache.c does); L1 lookups take no lock (each core's L1 belongs to one thread),
+ * the shared L2 takes one mutex per L1 miss.
+ *
+ * Parallel regions: mark=FILE@HEX (repeatable) names a code address by the mapped file whose path
+ * contains FILE and the ELF address HEX in it (e.g. libgomp@<GOMP_parallel>); executing it (any
+ * vCPU) starts a new epoch. Per epoch and vCPU the plugin sums instructions and load misses of the
+ * blocks outside the files named by skip=FILE (e.g. the OpenMP runtime, whose waiting is not work).
+ * Files are found in /proc/self/maps at start and after every mmap the guest makes.
+ *
+ * Cache model (the one `--memory` uses, contrib/plugins/cache.c, in qemu 7.2): true LRU, 64 B lines,
+ * each access looks up the line of its first byte (translate-a64.c splits a 128-bit access into two
+ * 64-bit ones), stores allocate like loads. Geometry: dcachesize, dassoc, icachesize, iassoc,
+ * l2cachesize, l2assoc, blksize, cores (defaults: the Raspberry Pi 3's BCM2837).
+ * Prefetching, which cache.c lacks and a Cortex-A53 has:
+ * - software: PRFM PLD/PST [Xn, #imm] (a no-op in qemu) prefetches, whenever a load or store of the
+ *   same block with the same base register Xn accesses address a, the line of a + imm (swpf=0: off);
+ * - hardware (A53 TRM, "Data prefetching"): a sequence of pf_trigger L1 load misses at a fixed stride
+ *   of at most pf_window lines starts linefills pf_depth lines ahead; a demand hit on a prefetched
+ *   line keeps its stream pf_depth ahead (pf_streams streams per core; pf_depth=0: off).
+ * Prefetched lines fill the L1 and the L2 without a stall; their L2 misses are DRAM traffic.
+ *
+ * Output (out=PATH, written at exit, plain text):
+ *   T <key> <value>                    header (version, parameters)
+ *   B <id> <vaddr hex> <n insns> <instruction bytes hex>
+ *   C <vcpu> <id> <exec> <taken> <pred id+1> <ld l1 miss> <ld l2 miss> <st l1 miss> <st l2 miss>
+ *     <ifetch l1 miss> <ifetch l2 miss> <prefetch fills> <prefetch l2 miss>  (blocks with exec > 0)
+ *   E <vcpu> <epoch> <insns> <ld l1 miss> <ld l2 miss> <DRAM lines>  (with mark= only, nonzero rows)
+ *   M <line of the host's /proc/self/maps>   (user mode, guest_base 0: guest addresses)
+ */
+#include <glib.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <qemu-plugin.h>
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
+
+#define MAX_VCPUS 64
+#define MAX_BLOCKS (1u << 20)
+#define MAX_EPOCHS (1u << 16)
+#define MAX_MARKS 16
+#define MAX_SKIPS 16
+
+enum { C_EXEC, C_TAKEN, C_PRED, C_VOTE, C_LD1, C_LD2, C_ST1, C_ST2, C_IF1, C_IF2, C_PF1, C_PF2, NC };
+#define HIST 8
+#define MAX_STREAMS 8
+enum { E_INSNS, E_LD1, E_LD2, E_DRAM, NE };
+
+typedef struct {
+    uint64_t *tags;  /* sets x assoc line numbers + 1 (0: invalid), most recent first */
+    uint8_t *flags;  /* per tag: stream + 1 that prefetched the line, 0: demand or software */
+    uint32_t sets, assoc;
+} Cache;
+
+typedef struct {
+    int64_t last, stride, next;
+    int conf;
+    uint64_t age;
+} Stream;
+
+typedef struct {
+    Cache l1d, l1i;
+    int64_t hist[HIST];
+    int hpos;
+    Stream st[MAX_STREAMS];
+    uint64_t tick, dram;
+    int64_t sw_last;
+} Core;
+
+typedef struct {
+    uint32_t id;
+    int32_t pf_off;
+    bool pf;
+} Insn;
+
+typedef struct {
+    uint64_t vaddr;
+    uint32_t n_insns, size, id;
+    bool mark, skip;
+    uint8_t *bytes;
+    Insn *insns;
+} Block;
+
+typedef struct {
+    uint64_t (*c)[NC];
+    uint64_t (*e)[NE];
+    Core *core;
+    int64_t last;
+} Vcpu;
+
+static Block *blocks[MAX_BLOCKS];
+static uint32_t n_blocks, dropped;
+static GHashTable *block_ids;
+static GMutex trans_lock, l2_lock, vcpu_lock;
+static Vcpu *vcpus[MAX_VCPUS];
+static Cache l2;
+static uint32_t line_shift = 6, cores = 4;
+static uint64_t dsize = 32768, dassoc = 4, isize = 32768, iassoc = 2, l2size = 524288, l2assoc = 16;
+static uint64_t pf_streams = 2, pf_depth = 4, pf_window = 4, pf_trigger = 3, swpf = 1;
+#define MAX_RANGES 64
+static char *mark_file[MAX_MARKS], *skip_file[MAX_SKIPS];
+static uint64_t mark_elf[MAX_MARKS], marks[MAX_MARKS], skip_lo[MAX_RANGES], skip_hi[MAX_RANGES];
+static int n_marks, n_skip_files, n_skips;
+static GMutex maps_lock;
+static uint64_t epoch;
+static char *out_path;
+
+static void *zalloc(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    g_assert(p != MAP_FAILED);
+    return p;
+}
+
+static void cache_init(Cache *c, uint64_t size, uint64_t assoc)
+{
+    c->assoc = assoc;
+    c->sets = size / ((1u << line_shift) * assoc);
+    c->tags = zalloc(sizeof(uint64_t) * c->sets * c->assoc);
+    c->flags = zalloc(c->sets * c->assoc);
+}
+
+/*
+ * True LRU by move-to-front, on line numbers. A demand reference (prefetch < 0) moves or inserts the
+ * line at the front and returns 1 on a hit (*flag: who prefetched it, then cleared); a prefetch
+ * (prefetch >= 0: its flag) inserts an absent line at the front and leaves a present one alone.
+ */
+static int cache_ref(Cache *c, uint64_t line, int prefetch, int *flag)
+{
+    uint64_t key = line + 1;
+    size_t base = (key % c->sets) * c->assoc;
+    uint64_t *set = c->tags + base;
+    uint8_t *fl = c->flags + base;
+    uint32_t i;
+    for (i = 0; i < c->assoc && set[i] != key; i++) {
+    }
+    bool hit = i < c->assoc;
+    if (hit && prefetch >= 0) {
+        return 1;
+    }
+    uint8_t f = hit ? fl[i] : (uint8_t)(prefetch > 0 ? prefetch : 0);
+    if (flag) {
+        *flag = hit ? f : 0;
+    }
+    if (!hit) {
+        i = c->assoc - 1;
+    }
+    memmove(set + 1, set, i * sizeof(uint64_t));
+    memmove(fl + 1, fl, i);
+    set[0] = key;
+    fl[0] = hit ? 0 : f;
+    return hit;
+}
+
+static bool cache_access(Cache *c, uint64_t addr)
+{
+    return cache_ref(c, addr >> line_shift, -1, NULL);
+}
+
+static bool l2_ref(uint64_t line, int prefetch)
+{
+    g_mutex_lock(&l2_lock);
+    bool hit = cache_ref(&l2, line, prefetch, NULL);
+    g_mutex_unlock(&l2_lock);
+    return hit;
+}
+
+static bool l2_access(uint64_t addr)
+{
+    return l2_ref(addr >> line_shift, -1);
+}
+
+/* Bring a line into the core's L1 D (and the L2) ahead of use; counts the fills in c. */
+static void prefetch_line(Core *k, uint64_t *c, int64_t line, int flag)
+{
+    if (line < 0 || cache_ref(&k->l1d, (uint64_t)line, flag, NULL)) {
+        return;
+    }
+    c[C_PF1]++;
+    if (!l2_ref((uint64_t)line, 0)) {
+        c[C_PF2]++;
+        k->dram++;
+    }
+}
+
+static void stream_run(Core *k, uint64_t *c, Stream *s, int64_t upto, int id)
+{
+    for (int64_t x = s->next; (s->stride > 0 ? x <= upto : x >= upto); x += s->stride) {
+        prefetch_line(k, c, x, id + 1);
+        s->next = x + s->stride;
+    }
+}
+
+/* The A53's L1 D prefetcher, trained on demand load misses (see the header). */
+static void hw_miss(Core *k, uint64_t *c, int64_t line)
+{
+    k->tick++;
+    for (int i = 0; i < (int)pf_streams; i++) {
+        Stream *s = &k->st[i];
+        if (s->conf && line == s->last + s->stride) {
+            s->conf++;
+            s->last = line;
+            s->age = k->tick;
+            if ((s->stride > 0 ? s->next <= line : s->next >= line)) {
+                s->next = line + s->stride;
+            }
+            if (s->conf >= (int)pf_trigger) {
+                stream_run(k, c, s, line + s->stride * (int64_t)pf_depth, i);
+            }
+            return;
+        }
+    }
+    for (int j = 1; j <= HIST; j++) {
+        int64_t d = line - k->hist[(k->hpos - j + HIST) % HIST];
+        if (d != 0 && d <= (int64_t)pf_window && d >= -(int64_t)pf_window && k->hist[(k->hpos - j + HIST) % HIST]) {
+            int lru = 0;
+            for (int i = 1; i < (int)pf_streams; i++) {
+                lru = k->st[i].age < k->st[lru].age ? i : lru;
+            }
+            k->st[lru] = (Stream){.last = line, .stride = d, .next = line + d, .conf = 2, .age = k->tick};
+            break;
+        }
+    }
+    k->hist[k->hpos] = line;
+    k->hpos = (k->hpos + 1) % HIST;
+}
+
+/* A demand hit on a line stream `flag - 1` prefetched keeps that stream pf_depth lines ahead. */
+static void hw_hit(Core *k, uint64_t *c, int64_t line, int flag)
+{
+    Stream *s = &k->st[flag - 1];
+    if (flag - 1 < (int)pf_streams && s->conf >= (int)pf_trigger) {
+        s->last = line;
+        stream_run(k, c, s, line + s->stride * (int64_t)pf_depth, flag - 1);
+    }
+}
+
+static Vcpu *vcpu_get(unsigned int index)
+{
+    g_assert(index < MAX_VCPUS);
+    if (vcpus[index] == NULL) {
+        /* A core (L1s, prefetcher) is shared by the vCPUs that map to it (vCPU i -> core i % cores). */
+        Vcpu *same = index >= cores ? vcpu_get(index % cores) : NULL;
+        g_mutex_lock(&vcpu_lock);
+        if (vcpus[index] == NULL) {
+            Vcpu *v = g_new0(Vcpu, 1);
+            v->c = zalloc(sizeof(uint64_t) * NC * MAX_BLOCKS);
+            v->e = zalloc(sizeof(uint64_t) * NE * MAX_EPOCHS);
+            v->last = -1;
+            if (same) {
+                v->core = same->core;
+            } else {
+                v->core = g_new0(Core, 1);
+                cache_init(&v->core->l1d, dsize, dassoc);
+                cache_init(&v->core->l1i, isize, iassoc);
+                v->core->sw_last = -1;
+            }
+            __atomic_store_n(&vcpus[index], v, __ATOMIC_RELEASE);
+        }
+        g_mutex_unlock(&vcpu_lock);
+    }
+    return vcpus[index];
+}
+
+/* Find the mark addresses and skip ranges in this process's mappings (guest_base 0 in user mode). */
+static void resolve_files(void)
+{
+    FILE *maps = fopen("/proc/self/maps", "r");
+    char line[4096], path[4096];
+    uint64_t lo, hi, off;
+    int ranges = 0;
+    uint64_t base[MAX_MARKS] = {0};
+    if (maps == NULL) {
+        return;
+    }
+    g_mutex_lock(&maps_lock);
+    while (fgets(line, sizeof(line), maps)) {
+        path[0] = 0;
+        if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %*s %" SCNx64 " %*s %*s %4095s", &lo, &hi, &off, path) < 3) {
+            continue;
+        }
+        for (int i = 0; i < n_marks; i++) {
+            if (path[0] && strstr(path, mark_file[i]) && off == 0 && (base[i] == 0 || lo < base[i])) {
+                base[i] = lo;
+            }
+        }
+        for (int i = 0; i < n_skip_files && ranges < MAX_RANGES; i++) {
+            if (path[0] && strstr(path, skip_file[i])) {
+                skip_lo[ranges] = lo;
+                skip_hi[ranges++] = hi;
+                break;
+            }
+        }
+    }
+    fclose(maps);
+    for (int i = 0; i < n_marks; i++) {
+        marks[i] = base[i] ? base[i] + mark_elf[i] : 0;
+    }
+    n_skips = ranges;
+    g_mutex_unlock(&maps_lock);
+}
+
+static void syscall_ret(qemu_plugin_id_t id, unsigned int vcpu_index, int64_t num, int64_t ret)
+{
+    if (num == 222 && ret >= 0) { /* aarch64 mmap: a library may have arrived */
+        resolve_files();
+    }
+}
+
+static void vcpu_init(qemu_plugin_id_t id, unsigned int index)
+{
+    vcpu_get(index);
+}
+
+static uint64_t cur_epoch(void)
+{
+    uint64_t e = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
+    return e < MAX_EPOCHS ? e : MAX_EPOCHS - 1;
+}
+
+static void count_predecessor(Vcpu *v, uint64_t *c, const Block *b)
+{
+    if (v->last < 0) {
+        return;
+    }
+    const Block *p = blocks[v->last];
+    if (p->vaddr + p->size != b->vaddr) {
+        v->c[v->last][C_TAKEN]++;
+    }
+    /* Boyer-Moore majority vote: C_PRED ends as the most frequent predecessor (id + 1). */
+    uint64_t want = (uint64_t)v->last + 1;
+    if (c[C_PRED] == want) {
+        c[C_VOTE]++;
+    } else if (c[C_VOTE] == 0) {
+        c[C_PRED] = want;
+        c[C_VOTE] = 1;
+    } else {
+        c[C_VOTE]--;
+    }
+}
+
+static void tb_exec(unsigned int vcpu_index, void *udata)
+{
+    uint32_t id = (uint32_t)(uintptr_t)udata;
+    const Block *b = blocks[id];
+    Vcpu *v = vcpu_get(vcpu_index);
+    uint64_t *c = v->c[id];
+    c[C_EXEC]++;
+    count_predecessor(v, c, b);
+    v->last = id;
+    if (b->mark) {
+        __atomic_fetch_add(&epoch, 1, __ATOMIC_RELAXED);
+    }
+    uint64_t ep = cur_epoch();
+    if (!b->skip) {
+        v->e[ep][E_INSNS] += b->n_insns;
+    }
+    uint64_t first = b->vaddr >> line_shift, last = (b->vaddr + b->size - 1) >> line_shift;
+    for (uint64_t line = first; line <= last; line++) {
+        if (!cache_access(&v->core->l1i, line << line_shift)) {
+            c[C_IF1]++;
+            if (!l2_access(line << line_shift)) {
+                c[C_IF2]++;
+            }
+        }
+    }
+}
+
+static void mem_access(unsigned int vcpu_index, qemu_plugin_meminfo_t info, uint64_t vaddr, void *udata)
+{
+    const Insn *in = udata;
+    uint32_t id = in->id;
+    Vcpu *v = vcpu_get(vcpu_index);
+    Core *k = v->core;
+    uint64_t *c = v->c[id];
+    bool store = qemu_plugin_mem_is_store(info);
+    int64_t line = (int64_t)(vaddr >> line_shift);
+    int flag = 0;
+    if (in->pf && swpf) {
+        int64_t want = (int64_t)((vaddr + (int64_t)in->pf_off) >> line_shift);
+        if (want != k->sw_last) {
+            prefetch_line(k, c, want, 0);
+            k->sw_last = want;
+        }
+    }
+    if (cache_ref(&k->l1d, (uint64_t)line, -1, &flag)) {
+        if (flag && !store && pf_depth) {
+            hw_hit(k, c, line, flag);
+        }
+        return;
+    }
+    if (!store && pf_depth) {
+        hw_miss(k, c, line);
+    }
+    bool hit2 = l2_access(vaddr);
+    c[store ? C_ST1 : C_LD1]++;
+    if (!hit2) {
+        c[store ? C_ST2 : C_LD2]++;
+    }
+    k->dram += hit2 ? 0 : store ? 2 : 1;  /* a store miss: a fill now and a write-back later */
+    if (!blocks[id]->skip) {
+        uint64_t ep = cur_epoch();
+        v->e[ep][E_LD1] += !store;
+        v->e[ep][E_LD2] += !store && !hit2;
+        v->e[ep][E_DRAM] += k->dram;
+    }
+    k->dram = 0;
+}
+
+static guint block_hash(gconstpointer key)
+{
+    const Block *b = key;
+    guint h = (guint)(b->vaddr ^ (b->vaddr >> 32)) * 2654435761u;
+    for (uint32_t i = 0; i < b->size; i++) {
+        h = h * 31u + b->bytes[i];
+    }
+    return h;
+}
+
+static gboolean block_equal(gconstpointer a, gconstpointer b)
+{
+    const Block *x = a, *y = b;
+    return x->vaddr == y->vaddr && x->size == y->size && memcmp(x->bytes, y->bytes, x->size) == 0;
+}
+
+/* PRFM PLD/PST with an immediate offset: base register and byte offset (false if not one). */
+static bool prfm_of(uint32_t w, int *rn, int32_t *off)
+{
+    unsigned type = (w >> 3) & 3;  /* Rt<4:3>: 00 PLD, 01 PLI (not data), 10 PST */
+    bool pld_pst = type == 0 || type == 2;
+    if ((w & 0xffc00000u) == 0xf9800000u && pld_pst) {        /* PRFM (immediate), imm12 x 8 */
+        *rn = (w >> 5) & 31;
+        *off = (int32_t)(((w >> 10) & 0xfff) * 8);
+        return true;
+    }
+    if ((w & 0xffe00c00u) == 0xf8800000u && pld_pst) {        /* PRFUM, signed imm9 */
+        *rn = (w >> 5) & 31;
+        *off = ((int32_t)(w << 11)) >> 23;
+        return true;
+    }
+    return false;
+}
+
+/* Per instruction: its block, and the prefetch offset of a PRFM on the same base register. */
+static Insn *insns_of(const Block *b)
+{
+    Insn *in = g_new0(Insn, b->n_insns ? b->n_insns : 1);
+    int32_t pf_off[32];
+    bool has[32] = {false};
+    for (uint32_t i = 0; i + 4 <= b->size && b->size == b->n_insns * 4; i += 4) {
+        uint32_t w;
+        int rn;
+        int32_t off;
+        memcpy(&w, b->bytes + i, 4);
+        if (prfm_of(w, &rn, &off)) {
+            has[rn] = true;
+            pf_off[rn] = off;
+        }
+    }
+    for (uint32_t i = 0; i < b->n_insns; i++) {
+        uint32_t w = 0;
+        in[i].id = b->id;
+        if (b->size == b->n_insns * 4) {
+            memcpy(&w, b->bytes + 4 * i, 4);
+        }
+        int rn = (w >> 5) & 31;
+        bool ldst = ((w >> 25) & 5) == 4;  /* A64 loads and stores: op0 = x1x0 */
+        if (ldst && has[rn] && rn != 31) {
+            in[i].pf = true;
+            in[i].pf_off = pf_off[rn];
+        }
+    }
+    return in;
+}
+
+static Block *block_of(struct qemu_plugin_tb *tb)
+{
+    Block key = {.vaddr = qemu_plugin_tb_vaddr(tb), .n_insns = qemu_plugin_tb_n_insns(tb)};
+    uint8_t buf[4096];
+    for (size_t i = 0; i < key.n_insns; i++) {
+        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+        size_t n = qemu_plugin_insn_size(insn);
+        if (key.size + n > sizeof(buf)) {
+            return NULL;
+        }
+        memcpy(buf + key.size, qemu_plugin_insn_data(insn), n);
+        key.size += n;
+    }
+    key.bytes = buf;
+    Block *b = g_hash_table_lookup(block_ids, &key);
+    if (b != NULL || n_blocks >= MAX_BLOCKS) {
+        return b;
+    }
+    b = g_new0(Block, 1);
+    *b = key;
+    b->bytes = g_memdup2(buf, key.size);
+    b->id = n_blocks;
+    b->insns = insns_of(b);
+    g_mutex_lock(&maps_lock);
+    for (int i = 0; i < n_marks; i++) {
+        b->mark |= marks[i] != 0 && marks[i] == b->vaddr;
+    }
+    for (int i = 0; i < n_skips; i++) {
+        b->skip |= b->vaddr >= skip_lo[i] && b->vaddr < skip_hi[i];
+    }
+    g_mutex_unlock(&maps_lock);
+    __atomic_store_n(&blocks[n_blocks], b, __ATOMIC_RELEASE);
+    n_blocks++;
+    g_hash_table_insert(block_ids, b, b);
+    return b;
+}
+
+static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+{
+    g_mutex_lock(&trans_lock);
+    Block *b = block_of(tb);
+    if (b == NULL) {
+        dropped++;
+    }
+    g_mutex_unlock(&trans_lock);
+    if (b == NULL) {
+        return;
+    }
+    void *udata = (void *)(uintptr_t)b->id;
+    qemu_plugin_register_vcpu_tb_exec_cb(tb, tb_exec, QEMU_PLUGIN_CB_NO_REGS, udata);
+    for (size_t i = 0; i < b->n_insns; i++) {
+        qemu_plugin_register_vcpu_mem_cb(qemu_plugin_tb_get_insn(tb, i), mem_access, QEMU_PLUGIN_CB_NO_REGS,
+                                         QEMU_PLUGIN_MEM_RW, &b->insns[i]);
+    }
+}
+
+static void write_blocks(FILE *f)
+{
+    for (uint32_t i = 0; i < n_blocks; i++) {
+        const Block *b = blocks[i];
+        fprintf(f, "B %u %" PRIx64 " %u ", b->id, b->vaddr, b->n_insns);
+        for (uint32_t j = 0; j < b->size; j++) {
+            fprintf(f, "%02x", b->bytes[j]);
+        }
+        fputc('\n', f);
+    }
+}
+
+static void write_counts(FILE *f)
+{
+    uint64_t n_epochs = cur_epoch() + 1;
+    for (unsigned int v = 0; v < MAX_VCPUS; v++) {
+        if (vcpus[v] == NULL) {
+            continue;
+        }
+        for (uint32_t i = 0; i < n_blocks; i++) {
+            const uint64_t *c = vcpus[v]->c[i];
+            if (c[C_EXEC]) {
+                fprintf(f, "C %u %u %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
+                        " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", v, i, c[C_EXEC],
+                        c[C_TAKEN], c[C_PRED], c[C_LD1], c[C_LD2], c[C_ST1], c[C_ST2], c[C_IF1], c[C_IF2],
+                        c[C_PF1], c[C_PF2]);
+            }
+        }
+        for (uint64_t e = 0; n_marks && e < n_epochs; e++) {
+            const uint64_t *x = vcpus[v]->e[e];
+            if (x[E_INSNS] || x[E_LD1]) {
+                fprintf(f, "E %u %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", v, e, x[E_INSNS],
+                        x[E_LD1], x[E_LD2], x[E_DRAM]);
+            }
+        }
+    }
+}
+
+static void at_exit(qemu_plugin_id_t id, void *p)
+{
+    g_mutex_lock(&trans_lock);
+    FILE *f = fopen(out_path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "libtiming: cannot write %s\n", out_path);
+        g_mutex_unlock(&trans_lock);
+        return;
+    }
+    fprintf(f, "T version 1\nT blocks %u\nT dropped %u\nT epochs %" PRIu64 "\n", n_blocks, dropped,
+            n_marks ? cur_epoch() + 1 : 0);
+    for (int i = 0; i < n_marks; i++) {
+        fprintf(f, "T mark %s@%" PRIx64 "=%" PRIx64 "\n", mark_file[i], mark_elf[i], marks[i]);
+    }
+    fprintf(f, "T caches l1d=%" PRIu64 "/%" PRIu64 " l1i=%" PRIu64 "/%" PRIu64 " l2=%" PRIu64 "/%" PRIu64
+            " line=%u cores=%u\n", dsize, dassoc, isize, iassoc, l2size, l2assoc, 1u << line_shift, cores);
+    fprintf(f, "T prefetch streams=%" PRIu64 " depth=%" PRIu64 " window=%" PRIu64 " trigger=%" PRIu64 " sw=%" PRIu64
+            "\n", pf_streams, pf_depth, pf_window, pf_trigger, swpf);
+    write_blocks(f);
+    write_counts(f);
+    FILE *maps = fopen("/proc/self/maps", "r");
+    char line[4096];
+    while (maps && fgets(line, sizeof(line), maps)) {
+        fprintf(f, "M %s", line);
+    }
+    if (maps) {
+        fclose(maps);
+    }
+    fprintf(f, "T end 1\n");
+    fclose(f);
+    g_mutex_unlock(&trans_lock);
+}
+
+static bool parse_arg(const char *opt)
+{
+    g_auto(GStrv) kv = g_strsplit(opt, "=", 2);
+    if (kv[0] == NULL || kv[1] == NULL) {
+        return false;
+    }
+    const char *k = kv[0], *val = kv[1];
+    uint64_t *sizes[] = {&dsize, &dassoc, &isize, &iassoc, &l2size, &l2assoc, &pf_streams, &pf_depth, &pf_window,
+                         &pf_trigger, &swpf};
+    const char *names[] = {"dcachesize", "dassoc", "icachesize", "iassoc", "l2cachesize", "l2assoc", "pf_streams",
+                           "pf_depth", "pf_window", "pf_trigger", "swpf"};
+    for (int i = 0; i < 11; i++) {
+        if (g_strcmp0(k, names[i]) == 0) {
+            *sizes[i] = g_ascii_strtoull(val, NULL, 10);
+            return i < 6 ? *sizes[i] > 0 : i == 6 ? *sizes[i] >= 1 && *sizes[i] <= MAX_STREAMS : true;
+        }
+    }
+    if (g_strcmp0(k, "blksize") == 0) {
+        uint64_t b = g_ascii_strtoull(val, NULL, 10);
+        line_shift = 0;
+        while ((1ull << line_shift) < b) {
+            line_shift++;
+        }
+        return (1ull << line_shift) == b;
+    } else if (g_strcmp0(k, "cores") == 0) {
+        cores = g_ascii_strtoull(val, NULL, 10);
+        return cores > 0 && cores <= MAX_VCPUS;
+    } else if (g_strcmp0(k, "out") == 0) {
+        out_path = g_strdup(val);
+        return true;
+    } else if (g_strcmp0(k, "mark") == 0 && n_marks < MAX_MARKS) {
+        g_auto(GStrv) r = g_strsplit(val, "@", 2);
+        if (r[0] == NULL || r[1] == NULL || !r[0][0]) {
+            return false;
+        }
+        mark_file[n_marks] = g_strdup(r[0]);
+        mark_elf[n_marks++] = g_ascii_strtoull(r[1], NULL, 16);
+        return true;
+    } else if (g_strcmp0(k, "skip") == 0 && n_skip_files < MAX_SKIPS && val[0]) {
+        skip_file[n_skip_files++] = g_strdup(val);
+        return true;
+    }
+    return false;
+}
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++) {
+        if (!parse_arg(argv[i])) {
+            fprintf(stderr, "libtiming: option not understood: %s\n", argv[i]);
+            return -1;
+        }
+    }
+    if (out_path == NULL) {
+        fprintf(stderr, "libtiming: out=PATH is required\n");
+        return -1;
+    }
+    cache_init(&l2, l2size, l2assoc);
+    block_ids = g_hash_table_new(block_hash, block_equal);
+    if (n_marks || n_skip_files) {
+        resolve_files();
+        qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret);
+    }
+    qemu_plugin_register_vcpu_init_cb(id, vcpu_init);
+    qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
+    qemu_plugin_register_atexit_cb(id, at_exit, NULL);
+    return 0;
+}
