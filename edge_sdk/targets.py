@@ -161,6 +161,9 @@ def host_target() -> Target:
 
 _TABLE: dict[str, Target] = {
     "pi3": _a53("pi3", "Raspberry Pi 3B/3B+: 4x Cortex-A53 @ 1.2 GHz, LPDDR2", 1.2, 3.6, stand_in="emulated_pi"),
+    # Pi 3B+ (BCM2837B0): its A53s at 1.4 GHz, LPDDR2 at 500 MHz (32 bit, 1000 MT/s: 4.0 GB/s); ncnn's
+    # published benchncnn figures (../shared/anchors) are for this board
+    "pi3plus": _a53("pi3plus", "Raspberry Pi 3B+: 4x Cortex-A53 @ 1.4 GHz, LPDDR2", 1.4, 4.0),
     "pi-zero2w": _a53("pi-zero2w", "Raspberry Pi Zero 2 W: 4x Cortex-A53 @ 1.0 GHz, LPDDR2", 1.0, 3.2),
     "pi4": Target(
         name="pi4",
