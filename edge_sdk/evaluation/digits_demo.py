@@ -32,6 +32,7 @@ def digits_model(variant: str):
         from edge_sdk.models.importers import load_model_file
 
         model = load_model_file(WEIGHTS / "digits_int8.tflite", family="int8")
+        model.name = "resnet18"  # the zoo name the other two carry (the w1a2 builder needs it): one model in the store
     else:
         from edge_sdk.models.zoo import build_zoo_model
 
