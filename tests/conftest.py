@@ -8,6 +8,16 @@ import pytest
 
 DATA = Path(__file__).parent / "data"
 
+# Fixtures that compile a model or start an emulated Pi: a test that uses one is slow whatever its own
+# body does, so it is marked here rather than in every file (the quick lane is `pytest -m "not slow"`).
+SLOW_FIXTURES = {"host_package", "pi3_package", "emulated_pis", "v1", "v2", "variant_package"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("qemu") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
