@@ -1,8 +1,11 @@
 """The .edgepkg package: one tar file with the compiled library, parameters, a golden pair and a manifest.
 
-Members: manifest.json, model.so, params.bin, golden_input.npy, golden_output.npy.
-The manifest records the sha256 and size of every other member; `open_package` verifies them all
-before anything is used, and rejects unknown members, links and path tricks.
+Members: manifest.json, signature.json, model.so, params.bin, golden_input.npy, golden_output.npy.
+The manifest records the sha256 and size of every other member and is checked against its schema
+(manifest_schema.py) on open; signature.json is Ed25519 over the manifest's bytes (signing.py), made
+when the package is written. `read_manifest` checks the schema and the signature, `open_package`
+also every member, before anything is used; both reject unknown members, links and path tricks.
+Unsigned, untrusted or tampered packages are refused with exit code 6 naming the reason.
 """
 from __future__ import annotations
 
@@ -19,10 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from edge_sdk.errors import PackageError
+from edge_sdk.files import honour_umask
+from edge_sdk.manifest_schema import FORMAT, MANIFEST, MEMBERS, parse_manifest
+from edge_sdk.signing import SIGNATURE, sign_manifest, verify_manifest
 
-FORMAT = "edgepkg/1"
-MEMBERS = ("model.so", "params.bin", "golden_input.npy", "golden_output.npy")
-MANIFEST = "manifest.json"
+__all__ = ["FORMAT", "MANIFEST", "MEMBERS", "SIGNATURE", "Package", "npy_bytes", "open_package", "read_manifest",
+           "sha256_file", "write_package"]
 
 
 def sha256_file(path: Path) -> str:
@@ -47,13 +52,17 @@ def write_package(out: Path, *, manifest: dict, files: dict[str, Path]) -> Path:
     manifest = dict(manifest, format=FORMAT,
                     members={n: {"sha256": sha256_file(p), "size": p.stat().st_size} for n, p in files.items()})
     out.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(manifest, indent=2, sort_keys=True).encode()
+    parse_manifest(data, where=str(out))  # never write a package that would be refused on open
+    signature = sign_manifest(data)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent)
     try:
+        honour_umask(tmp)
         with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w") as tar:
-            data = json.dumps(manifest, indent=2, sort_keys=True).encode()
-            info = tarfile.TarInfo(MANIFEST)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
+            for name, blob in ((MANIFEST, data), (SIGNATURE, signature)):
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(blob), 0o644
+                tar.addfile(info, io.BytesIO(blob))
             for name in MEMBERS:
                 tar.add(files[name], arcname=name, recursive=False)
         os.replace(tmp, out)
@@ -88,7 +97,8 @@ class Package:
 
 
 def read_manifest(path: Path) -> dict:
-    """The manifest alone (no extraction, no member checks): for inspect and listings."""
+    """The manifest alone, schema and signature checked (no extraction, no member checks): for inspect
+    and listings."""
     with _open_tar(path) as tar:
         return _load_manifest(path, tar)
 
@@ -103,7 +113,7 @@ def open_package(path: Path, root: Path) -> Package:
         root.mkdir(parents=True, exist_ok=True)
         seen = set()
         for info in tar.getmembers():
-            if info.name == MANIFEST:
+            if info.name in (MANIFEST, SIGNATURE):
                 continue
             if info.name not in MEMBERS or not info.isfile():
                 raise PackageError(f"{path}: unexpected member '{info.name}' (only regular files {list(MEMBERS)})")
@@ -131,11 +141,23 @@ def _open_tar(path: Path) -> tarfile.TarFile:
 
 
 def _load_manifest(path: Path, tar: tarfile.TarFile) -> dict:
-    try:
-        f = tar.extractfile(MANIFEST)
-        manifest = json.loads(f.read()) if f else None
-    except (KeyError, json.JSONDecodeError, tarfile.TarError) as e:
-        raise PackageError(f"{path}: missing or unreadable {MANIFEST} ({e})") from e
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise PackageError(f"{path}: {MANIFEST} is not an {FORMAT} manifest")
+    raw = _member_bytes(path, tar, MANIFEST)
+    if raw is None:
+        raise PackageError(f"{path}: missing {MANIFEST}: not an {FORMAT} package")
+    manifest = parse_manifest(raw, where=str(path))
+    verify_manifest(raw, _member_bytes(path, tar, SIGNATURE), where=str(path))
     return manifest
+
+
+def _member_bytes(path: Path, tar: tarfile.TarFile, name: str, limit: int = 64 << 20) -> bytes | None:
+    try:
+        info = tar.getmember(name)
+    except KeyError:
+        return None
+    if not info.isfile() or info.size > limit:
+        raise PackageError(f"{path}: {name} is not a regular file of at most {limit >> 20} MB")
+    try:
+        f = tar.extractfile(info)
+        return f.read() if f else None
+    except (OSError, tarfile.TarError) as e:
+        raise PackageError(f"{path}: unreadable {name} ({e})") from e

@@ -10,6 +10,7 @@ import pytest
 
 from edge_sdk.errors import PackageError
 from edge_sdk.package import MEMBERS, open_package, read_manifest, write_package
+from test_trust_manifest import minimal_manifest  # the schema's smallest valid manifest
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ def pkg(tmp_path):
             p.write_bytes(name.encode() * 100)
         files[name] = p
     out = tmp_path / "m.edgepkg"
-    write_package(out, manifest={"model": {"name": "m"}, "variant": "float32", "target": {"name": "host"}}, files=files)
+    write_package(out, manifest=minimal_manifest(), files=files)
     return out
 
 

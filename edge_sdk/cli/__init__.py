@@ -17,7 +17,7 @@ from edge_sdk.errors import EdgeError
 # add_<name>_parser(sub). Importing the modules sets edge_sdk.cli.list, .compile, ... on this package,
 # so this file must not use the builtins of those names.
 COMMANDS: tuple[str, ...] = ("compile", "inspect", "run", "eval", "list", "bench", "deploy", "fleet", "demo",
-                             "results", "dashboard", "tune")
+                             "results", "dashboard", "tune", "keys")
 
 
 def build_parser() -> argparse.ArgumentParser:

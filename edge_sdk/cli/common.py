@@ -5,10 +5,11 @@ Only edge_sdk/cli/ imports this module; library modules never do.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 
-from edge_sdk.errors import UsageError
+from edge_sdk.errors import EdgeError, UsageError
 
 KNOWN_HOSTS_HELP = "known_hosts file (default: edge-sdk's own)"
 
@@ -22,6 +23,46 @@ def console():
 
 def print_json(obj) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False, default=str))
+
+
+@contextlib.contextmanager
+def interrupts_stay_interrupts():
+    """Ctrl-C inside TVM's C++ (lowering, building) reaches Python as a bare RuntimeError('') that the
+    compiler reports as a failed compile (exit 5, empty message): remember the signal, and turn the
+    error it caused back into KeyboardInterrupt (main: "interrupted", exit 130)."""
+    import signal
+
+    seen = []
+
+    def on_sigint(signum, frame):
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    except EdgeError:
+        if seen:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def check_output_file(path: Path) -> None:
+    """An output file can be written there: not a folder, its folder exists (or can be made) and is writable."""
+    import os
+
+    if path.is_dir():
+        raise UsageError(f"{path}: is a folder; -o names the file to write, e.g. {path / 'model.edgepkg'}")
+    parent = path.parent if str(path.parent) else Path(".")
+    existing = next((p for p in (parent, *parent.parents) if p.exists()), Path("."))
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{path}: cannot write there ({existing} is not a writable folder)")
 
 
 # ---------------------------------------------------------------- model options (compile, bench, tune, ...)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edge_sdk.cli.common import add_model_options, console, load_model, print_json
+from edge_sdk.cli.common import (add_model_options, check_output_file, console, interrupts_stay_interrupts, load_model,
+                                 print_json)
 from edge_sdk.cli.preprocessing import add_preprocess_options, apply_preprocess_options
 from edge_sdk.errors import UsageError
 from edge_sdk.targets import TARGET_NAMES
@@ -24,6 +25,9 @@ def add_compile_parser(sub) -> None:
                    help="also apply the tuning records under DIR/<target>/ (searched before the user's "
                    f"~/.local/share/edge-sdk/tuning and the shipped ones; {'/'.join(TUNABLE_VARIANTS)} only; "
                    "repeatable)")
+    p.add_argument("--sign-key", type=Path, metavar="KEY",
+                   help="sign the package with this key file (default: your key under the data folder, made on "
+                   "first use; see edge-sdk keys)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_preprocess_options(p)
     p.set_defaults(drive=drive_compile)
@@ -37,6 +41,11 @@ def drive_compile(args) -> int:
     variant, target = get_variant(args.variant), get_target(args.target)
     if args.output.suffix != ".edgepkg":
         raise UsageError(f"{args.output}: the output file must end in .edgepkg")
+    check_output_file(args.output)  # before the compile, not after it
+    from edge_sdk.signing import signing_key, using_key
+
+    if args.sign_key is not None:
+        signing_key(args.sign_key)  # an unreadable key fails now, not after the compile
     if args.calibrate is not None and (not variant.calibrated or not args.calibrate.is_dir()):
         raise UsageError(f"--calibrate {args.calibrate}: needs --variant {'/'.join(CALIBRATED_VARIANTS)} "
                          "and a folder of images")
@@ -56,8 +65,9 @@ def drive_compile(args) -> int:
             status.update(f"{model.name} {variant.name} -> {target.name}: {msg}")
             out.print(f"  [dim]{model.name} -> {target.name}:[/] {msg}", highlight=False)
 
-        result = compile_model(model, variant=variant, target=target, out=args.output, progress=progress,
-                               seed=args.seed, use_tuning=not args.no_tuning, tuning_roots=args.tuning_records)
+        with using_key(args.sign_key), interrupts_stay_interrupts():
+            result = compile_model(model, variant=variant, target=target, out=args.output, progress=progress,
+                                   seed=args.seed, use_tuning=not args.no_tuning, tuning_roots=args.tuning_records)
     if args.json:
         print_json({"package": str(result.package), "seconds": result.seconds,
                     "size_bytes": result.package.stat().st_size})

@@ -22,16 +22,19 @@ def drive_inspect(args) -> int:
         print_json(m)
         return 0
     from rich.console import Console
+    from rich.markup import escape
 
     out = Console(width=None if sys.stdout.isatty() else 140)
     i = m["input"]
-    out.print(f"[bold]{m['model']['name']}[/] {m['variant']} for {m['target']['name']} "
+    out.print(f"[bold]{escape(m['model']['name'])}[/] " + escape(
+              f"{m['variant']} for {m['target']['name']} "
               f"({m['target']['llvm'].get('mcpu')}), built {m['created']} with edge-sdk {m['versions']['edge_sdk']}, "
-              f"TVM {m['versions']['tvm']}")
-    out.print(f"source: {m['model']['source']}")
-    out.print(f"input: {i['name']} {i['shape']} {i['dtype']} {i['layout']}, preprocess {i['preprocess']}")
-    out.print(f"output: {m['output']['shape']} {m['output']['dtype']}; labels: "
-              f"{len(m['labels']) if m.get('labels') else 'none'}")
+              f"TVM {m['versions']['tvm']}"))
+    text = lambda s: out.print(s, markup=False, highlight=False)  # noqa: E731 - manifest text is data, not markup
+    text(f"source: {m['model']['source']}")
+    text(f"input: {i['name']} {i['shape']} {i['dtype']} {i['layout']}, preprocess {i['preprocess']}")
+    text(f"output: {m['output']['shape']} {m['output']['dtype']}; labels: "
+         f"{len(m['labels']) if m.get('labels') else 'none'}")
     out.print(_layer_table(m))
     sizes = ", ".join(f"{n} {v['size'] / 1e6:.2f} MB" for n, v in m["members"].items())
     out.print(f"total {m['totals']['flops'] / 1e9:.3f} GFLOP; {m['params']['count']} parameter tensors "
@@ -40,6 +43,7 @@ def drive_inspect(args) -> int:
 
 
 def _layer_table(m: dict):
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=f"{len(m['layers'])} layers")
@@ -47,6 +51,6 @@ def _layer_table(m: dict):
         t.add_column(col, justify="right" if col not in ("layer", "op", "output") else "left")
     for r in m["layers"]:
         op = r["op"] + ("+" + "+".join(r["epilogue"]) if r["epilogue"] else "")
-        t.add_row(r["name"], op, "x".join(map(str, r["output"])), f"{r['flops'] / 1e6:.2f}",
+        t.add_row(escape(r["name"]), escape(op), "x".join(map(str, r["output"])), f"{r['flops'] / 1e6:.2f}",
                   f"{r['bytes_read'] / 1024:.0f}", f"{r['bytes_written'] / 1024:.0f}", f"{r['intensity']:.2f}")
     return t

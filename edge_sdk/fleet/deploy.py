@@ -6,19 +6,21 @@
 
 The device layout is fleet/paths.py's.
 
-Why this order: nothing becomes `current` before its bytes were hashed on the device (sha256sum)
-and its golden pair ran there with the installed runner (`edge-runner --expect`, so the device
-needs no Python). A switch is `ln -s` to a temporary name then `mv -T` (rename(2)), so at every
-instant `current` names a complete, checked install. A failure at any step removes what this
-attempt wrote and leaves `current` untouched; leftovers of a cut connection (temporary names
-only) are swept at the start of the next deploy to that device.
+Why this order: nothing becomes `current` before its bytes were hashed on the device (sha256sum),
+its signature was checked there (the bundle's verify_package.py: Ed25519 over the manifest, by a
+key the host trusts and pushed to the device) and its golden pair ran there with the installed
+runner (`edge-runner --expect`). A switch is `ln -s` to a temporary name then `mv -T` (rename(2)),
+and the live copy is never touched before another checked copy is live (device_scripts.py), so at
+every instant `current` names a complete, checked install. The whole device session holds the
+device lock (device_lock.py): a concurrent deploy, rollback or tune waits rather than sweeping this
+one's files. Leftovers of a cut connection are swept at the start of the next locked session,
+never what `current` or `previous` names.
 """
 from __future__ import annotations
 
 import json
 import posixpath
 import re
-import tarfile
 import tempfile
 import time
 import uuid
@@ -26,72 +28,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edge_sdk.errors import DeviceError, EdgeError, PackageError
+from edge_sdk.errors import DeviceError, EdgeError
 from edge_sdk.fleet.config import Device
+from edge_sdk.fleet.device_lock import device_lock
+from edge_sdk.fleet.device_scripts import (EXTRACT_PACKAGE_SH, EXTRACT_RUNTIME_SH, GC_PACKAGES_SH, PLACE_RUNTIME_SH,
+                                           SWITCH_SH, VERIFY_PACKAGE_SH)
 from edge_sdk.fleet.group import FleetResults, for_each_device
 from edge_sdk.fleet.paths import REMOTE_ROOT, RUNTIME, model_dir, package_file, runner
+from edge_sdk.fleet.runtime_install import TRUSTED_KEYS, LocalBundle, _check_bundle_archive, install_runtime, \
+    prepare, push_trusted_keys
 from edge_sdk.fleet.ssh import Connection
 from edge_sdk.package import MANIFEST, MEMBERS, open_package, sha256_file
 
+# The device-side scripts live in device_scripts.py; these names stay importable from here (the
+# Ansible playbook in inventory.py and tune read them from deploy).
+__all__ = ["EXTRACT_PACKAGE_SH", "EXTRACT_RUNTIME_SH", "PLACE_RUNTIME_SH", "SWITCH_SH", "DeployFailed", "DeviceDeploy",
+           "LocalBundle", "LocalPackage", "PackageOutcome", "_check_bundle_archive", "_prepare", "check_golden_on_device",
+           "deploy", "deploy_device", "install_package", "install_runtime"]
+_prepare = prepare  # tune/device_runner.py's name for it
+
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 Progress = Callable[[str, str, int, int], None]  # (device name, step text, bytes done, bytes total)
-
-# The device-side steps, POSIX sh + coreutils + tar only; arguments come as "$1"... never spliced
-# into the text. The Ansible playbook (inventory.py) runs these same scripts.
-EXTRACT_RUNTIME_SH = r"""set -e
-arc=$1 tmp=$2 id=$3
-tar -tzvf "$arc" | while IFS= read -r l; do case $l in -*|d*) ;; *)
-  echo "refusing the runtime archive: a member is not a regular file or directory (a link could point outside the install root): $l" >&2; exit 4 ;; esac; done
-tar -tzf "$arc" | while IFS= read -r m; do case $m in "$id"|"$id/"*) ;; *) m=..; esac; case /$m/ in */../*)
-  echo "refusing the runtime archive: a member path leaves $id/ (path traversal)" >&2; exit 4 ;; esac; done
-mkdir "$tmp"
-tar -xzf "$arc" -C "$tmp" --no-same-owner
-for n in "$tmp"/* "$tmp"/.[!.]*; do
-  if [ -e "$n" ] && [ "$n" != "$tmp/$id" ]; then echo "unexpected entry in the archive: ${n##*/}" >&2; exit 4; fi
-done
-cd "$tmp/$id"
-cat > ../checklist
-sha256sum -c --quiet --strict ../checklist
-odd=$(find . ! -type d ! -type f -print | head -n 3)
-if [ -n "$odd" ]; then echo "not regular files: $odd" >&2; exit 4; fi
-want=$(wc -l < ../checklist)
-have=$(find . -type f ! -name bundle.json -print | wc -l)
-if [ "$want" != "$have" ]; then echo "the bundle has $have files, bundle.json lists $want" >&2; exit 4; fi"""
-PLACE_RUNTIME_SH = r"""set -e
-rm -rf "$2"
-mv -T "$1/$5" "$2"
-rm -rf "$1" "$3"
-ln -s "$5" "${2%/*}/.current.tmp-$4"
-mv -T "${2%/*}/.current.tmp-$4" "${2%/*}/current"
-"""
-EXTRACT_PACKAGE_SH = r"""set -e
-tar -tvf "$1" | while IFS= read -r l; do case $l in -*) ;; *)
-  echo "refusing the package: a member is not a regular file (a link could point outside the install root): $l" >&2; exit 4 ;; esac; done
-names=$(tar -tf "$1")
-printf '%s\n' "$names" | while IFS= read -r m; do case $m in "$3"|"$4"|"$5"|"$6"|"$7") ;; *)
-  echo "refusing the package: unexpected member '$m' (path traversal or an extra file)" >&2; exit 4 ;; esac; done
-if [ "$(printf '%s\n' "$names" | sort -u | wc -l)" != 5 ] || [ "$(printf '%s\n' "$names" | wc -l)" != 5 ]; then
-  echo "refusing the package: members missing or repeated" >&2; exit 4; fi
-mkdir -p "$2"
-tar -xf "$1" -C "$2" --no-same-owner "$3" "$4" "$5" "$6" "$7"
-cd "$2"
-sha256sum -c --quiet --strict -
-n=$(find . ! -type d -print | wc -l)
-if [ "$n" != 5 ] || [ -n "$(find . ! -type d ! -type f -print)" ]; then echo "unexpected entries after extraction" >&2; exit 4; fi"""
-SWITCH_SH = r"""set -e
-cd "$1"
-sha=$2 tmp=${3##*/} tag=$4
-if [ -e "$sha" ]; then mv -T "$sha" ".old-$tag"; fi
-mv -T "$tmp" "$sha"
-rm -rf ".old-$tag"
-old=$(readlink current || true)
-if [ -n "$old" ] && [ "$old" != "$sha" ]; then ln -s "$old" ".previous.tmp-$tag"; mv -T ".previous.tmp-$tag" previous; fi
-ln -s "$sha" ".current.tmp-$tag"
-mv -T ".current.tmp-$tag" current
-keep=$(readlink previous || true)
-for d in *; do
-  if [ -d "$d" ] && [ ! -L "$d" ] && [ "$d" != "$sha" ] && [ "$d" != "$keep" ]; then rm -rf "$d"; fi
-done"""
 
 
 @dataclass(frozen=True)
@@ -121,55 +78,6 @@ class LocalPackage:
     def checklist(self) -> bytes:
         """sha256sum -c input for the extracted members."""
         return "".join(f"{self.members[n]}  {n}\n" for n in MEMBERS).encode()
-
-
-@dataclass(frozen=True)
-class LocalBundle:
-    id: str  # "<version>-<arch>", the archive's top folder and the device's runtime/<id>
-    arch: str
-    archive: Path
-    sha256: str  # of the archive
-    size: int
-    manifest_sha256: str  # of bundle.json: equal on the device means this bundle is installed
-    files: dict = field(repr=False)  # relative path -> sha256
-
-    @classmethod
-    def for_arch(cls, arch: str) -> LocalBundle:
-        from edge_sdk.runtime.bundle import bundle_archive, ensure_bundle, read_bundle_manifest, verify_bundle
-
-        root = ensure_bundle(arch)
-        problems = verify_bundle(root)
-        if problems:
-            raise EdgeError(f"runtime bundle {root} is damaged: {'; '.join(problems)}",
-                            hint="rebuild it: python -c 'from edge_sdk.runtime.bundle import ensure_bundle; "
-                                 f"ensure_bundle(\"{arch}\", rebuild=True)'")
-        archive = bundle_archive(arch)
-        _check_bundle_archive(archive, root.name)
-        meta = read_bundle_manifest(root)
-        return cls(root.name, arch, archive, sha256_file(archive), archive.stat().st_size,
-                   sha256_file(root / "bundle.json"), {k: v["sha256"] for k, v in meta["files"].items()})
-
-    def checklist(self) -> bytes:
-        return "".join(f"{sha}  {rel}\n" for rel, sha in sorted(self.files.items())).encode()
-
-
-def _check_bundle_archive(archive: Path, top: str) -> None:
-    """Refuse, before anything is sent, an archive whose members would leave runtime/<top>/ when
-    extracted (absolute or ../ paths) or that holds links: the device refuses them too
-    (EXTRACT_RUNTIME_SH), this only says so without a connection."""
-    try:
-        with tarfile.open(archive, mode="r:gz") as tar:
-            members = tar.getmembers()
-    except (OSError, tarfile.TarError) as e:
-        raise PackageError(f"runtime bundle archive {archive}: unreadable ({e})") from None
-    for m in members:
-        parts = m.name.split("/")
-        if parts[0] != top or ".." in parts or m.name.startswith("/"):
-            raise PackageError(f"runtime bundle archive {archive}: member '{m.name}' is outside {top}/ "
-                               f"(path traversal); rebuild the bundle")
-        if not (m.isfile() or m.isdir()):
-            raise PackageError(f"runtime bundle archive {archive}: member '{m.name}' is a link or special file "
-                               f"(-> '{m.linkname}'); rebuild the bundle")
 
 
 @dataclass
@@ -241,7 +149,19 @@ def deploy_device(conn: Connection, packages: Sequence[LocalPackage], bundles: d
     say = (lambda text, done=0, total=0: progress(dev.name, text, done, total)) if progress else (lambda *a, **k: None)
     try:
         say("connecting")
-        arch = _prepare(conn)
+        with device_lock(conn, "deploy"):
+            return _deploy_locked(conn, packages, bundles, report, say, t0)
+    except EdgeError as e:
+        report.error = str(e)
+        report.seconds = time.monotonic() - t0
+        return report
+
+
+def _deploy_locked(conn: Connection, packages, bundles, report: DeviceDeploy, say, t0: float) -> DeviceDeploy:
+    dev = conn.device
+    try:
+        arch = prepare(conn)
+        push_trusted_keys(conn)
         wanted = sorted({p.arch for p in packages})
         if wanted != [arch]:
             raise DeviceError(f"device {dev}: it is {arch}, but the packages are built for {', '.join(wanted)} "
@@ -265,41 +185,6 @@ def deploy_device(conn: Connection, packages: Sequence[LocalPackage], bundles: d
     say("done" if report.ok else "FAILED")
     report.seconds = time.monotonic() - t0
     return report
-
-
-def _prepare(conn: Connection) -> str:
-    """Create the layout, sweep temporary names a cut deploy left behind; return `uname -m`."""
-    script = r"""set -e
-mkdir -p "$1/runtime" "$1/packages" "$1/models"
-rm -rf "$1"/runtime/.*.tmp-* "$1"/runtime/.*.part-* "$1"/runtime/.*.tar.gz "$1"/runtime/.current.tmp-* \
-       "$1"/packages/.*.part-* "$1"/models/*/.*.tmp-* "$1"/models/*/.current.tmp-* "$1"/models/*/.previous.tmp-* \
-       "$1"/models/*/.old-*
-uname -m"""
-    return conn.run(["sh", "-c", script, "sh", REMOTE_ROOT], timeout=120).stdout.strip()
-
-
-def install_runtime(conn: Connection, bundle: LocalBundle, *, say=lambda *a, **k: None) -> tuple[str, int]:
-    """Install the bundle under runtime/<id> unless that exact bundle (same bundle.json) is there."""
-    final = posixpath.join(RUNTIME, bundle.id)
-    if conn.sha256(posixpath.join(final, "bundle.json")) == bundle.manifest_sha256:
-        _link(conn, RUNTIME, "current", bundle.id)
-        return "present", 0
-    tag = uuid.uuid4().hex[:8]
-    archive = posixpath.join(RUNTIME, f".{bundle.id}.tar.gz")
-    tmp = posixpath.join(RUNTIME, f".{bundle.id}.tmp-{tag}")
-    sent = 0
-    try:
-        say(f"runtime {bundle.id}", 0, bundle.size)
-        sent = conn.put(bundle.archive, archive, sha256=bundle.sha256,
-                        progress=lambda done, total: say(f"runtime {bundle.id}", done, total))
-        say("runtime: checking on the device")
-        conn.run(["sh", "-c", EXTRACT_RUNTIME_SH, "sh", archive, tmp, bundle.id], input=bundle.checklist(),
-                 timeout=600)
-        conn.run(["sh", "-c", PLACE_RUNTIME_SH, "sh", tmp, final, archive, tag, bundle.id])
-    except EdgeError:
-        _cleanup(conn, tmp, archive)
-        raise
-    return "installed", sent
 
 
 def install_package(conn: Connection, pkg: LocalPackage, bundle: LocalBundle, outcome: PackageOutcome, *,
@@ -328,6 +213,8 @@ def install_package(conn: Connection, pkg: LocalPackage, bundle: LocalBundle, ou
         say(f"{label}: extract + sha256", pkg.size, pkg.size)
         conn.run(["sh", "-c", EXTRACT_PACKAGE_SH, "sh", content, tmp, MANIFEST, *MEMBERS], input=pkg.checklist(),
                  timeout=300)
+        say(f"{label}: signature check on the device", pkg.size, pkg.size)
+        verify_on_device(conn, tmp, pkg, runtime=posixpath.join(RUNTIME, bundle.id))
         say(f"{label}: golden check on the device", pkg.size, pkg.size)
         outcome.golden = check_golden_on_device(conn, tmp, pkg, runtime=posixpath.join(RUNTIME, bundle.id))
         say(f"{label}: switch", pkg.size, pkg.size)
@@ -336,6 +223,14 @@ def install_package(conn: Connection, pkg: LocalPackage, bundle: LocalBundle, ou
         _cleanup(conn, tmp, *([content] if uploaded else []))
         raise
     outcome.action = "installed"
+
+
+def verify_on_device(conn: Connection, install_dir: str, pkg: LocalPackage, *, runtime: str) -> None:
+    """The bundle's verifier: signature by a trusted key, every member as the signed manifest says."""
+    r = conn.run(["sh", "-c", VERIFY_PACKAGE_SH, "sh", runtime, install_dir, TRUSTED_KEYS], check=False, timeout=300)
+    if r.exit_code != 0:
+        raise DeviceError(f"device {conn.device}: {pkg.path.name} {r.stderr.strip()[-600:] or 'refused'} "
+                          f"(checked on the device, exit {r.exit_code})")
 
 
 def check_golden_on_device(conn: Connection, install_dir: str, pkg: LocalPackage, *, runtime: str) -> dict:
@@ -355,24 +250,13 @@ def check_golden_on_device(conn: Connection, install_dir: str, pkg: LocalPackage
 
 def _switch(conn: Connection, folder: str, sha: str, tmp: str) -> None:
     """tmp -> <sha>; previous -> old current; current -> <sha> (each a rename); drop other versions."""
-    conn.run(["sh", "-c", SWITCH_SH, "sh", folder, sha, tmp, uuid.uuid4().hex[:8]], timeout=120)
+    with device_lock(conn, "switch"):
+        conn.run(["sh", "-c", SWITCH_SH, "sh", folder, sha, tmp, uuid.uuid4().hex[:8]], timeout=120)
 
 
 def _gc_packages(conn: Connection) -> None:
     """Delete stored package files no model's current or previous names (old versions, failures)."""
-    script = r"""cd "$1" || exit 0
-keep=$(for l in models/*/current models/*/previous; do readlink "$l"; done 2>/dev/null | tr '\n' ' ')
-for f in packages/*.edgepkg; do
-  s=${f##*/}; s=${s%.edgepkg}
-  case " $keep " in *" $s "*) ;; *) rm -f "$f" ;; esac
-done"""
-    conn.run(["sh", "-c", script, "sh", REMOTE_ROOT], check=False, timeout=120)
-
-
-def _link(conn: Connection, parent: str, name: str, target: str) -> None:
-    tag = uuid.uuid4().hex[:8]
-    conn.run(["sh", "-c", 'set -e; cd "$1"; ln -s "$3" ".$2.tmp-$4"; mv -T ".$2.tmp-$4" "$2"', "sh",
-              parent, name, target, tag])
+    conn.run(["sh", "-c", GC_PACKAGES_SH, "sh", REMOTE_ROOT], check=False, timeout=120)
 
 
 def _members_ok(conn: Connection, install_dir: str, pkg: LocalPackage) -> bool:

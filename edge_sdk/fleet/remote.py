@@ -22,6 +22,7 @@ from edge_sdk._suggest import did_you_mean
 from edge_sdk.errors import DeviceError, UsageError
 from edge_sdk.fleet.config import Device
 from edge_sdk.fleet.deploy import LocalPackage, check_golden_on_device
+from edge_sdk.fleet.device_lock import device_lock
 from edge_sdk.fleet.paths import CURRENT_RUNTIME, MODELS, RUNNER, model_dir
 from edge_sdk.fleet.ssh import Connection
 from edge_sdk.package import MEMBERS
@@ -125,8 +126,9 @@ def _report(device: Device, package: Path, m: dict, raw: dict, golden: dict, arc
 def rollback(device: Device, model: str, *, known_hosts=None,
              connection_factory: Callable[..., Connection] = Connection) -> dict:
     """Make `previous` current again (and the current one previous), after checking the previous
-    install's members and golden pair on the device; refuses when there is nothing to go back to."""
-    with connection_factory(device, known_hosts=known_hosts) as conn:
+    install's members and golden pair on the device; refuses when there is nothing to go back to.
+    Holds the device lock (device_lock.py): no deploy or tune interleaves with it."""
+    with connection_factory(device, known_hosts=known_hosts) as conn, device_lock(conn, "rollback"):
         names = _models(conn)
         if model not in names:
             raise UsageError(f"device {device}: no model '{model}' installed: "

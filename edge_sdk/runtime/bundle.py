@@ -9,8 +9,11 @@ Layout of a bundle directory (cached under $EDGE_SDK_CACHE/runtime/<version>-<ar
                                model input, as the host does it); eval_batch.py (the device half of eval)
     python/                    tvm_ffi (the cp311 wheel's Python part for <arch>, its core extension and
                                lib/libtvm_ffi_testing.so; libtvm_ffi.so is found in ../lib) and
-                               typing_extensions.py: a device with python3 + numpy needs no pip
+                               typing_extensions.py: a device with python3 + numpy needs no pip;
+                               nacl/ + _cffi_backend (PyNaCl's abi3 wheel and cffi's cp311 one for <arch>,
+                               libsodium inside): what verify_package.py checks signatures with
     bundle.json                version, arch, sha256 + size of every file, total size
+    bundle.sig.json            added by deploy on the device: Ed25519 over bundle.json (signing.py)
 
 Why built here and not on the device: a Pi has no compiler and little time; the aarch64 runner is
 cross-built with Debian's aarch64-linux-gnu-g++ against the libraries of the aarch64 manylinux
@@ -39,6 +42,8 @@ from edge_sdk.errors import CompileError, UsageError
 
 TVM_VERSION = "0.27.0.post1"
 TVM_FFI_VERSION = "0.1.14.post1"
+PYNACL_VERSION = "1.6.2"  # the device's signature verifier (aarch64 wheels; x86_64 takes the installed ones)
+CFFI_VERSION = "2.1.1"
 ARCHES = ("aarch64", "x86_64")
 _WHEEL_PLATFORM = {"aarch64": "manylinux_2_28_aarch64"}
 _CXX = {"aarch64": ("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu"), "x86_64": ("g++", "g++")}
@@ -50,8 +55,8 @@ _SYSTEM_LIBS = frozenset({
 # Newest symbol versions bookworm provides (glibc 2.36, gcc 12).
 _SYSTEM_MAX = {"GLIBC": (2, 36), "GLIBCXX": (3, 4, 30), "CXXABI": (1, 3, 13)}
 _HERE = Path(__file__).resolve().parent
-_PY_MODULES = ("loader.py", "preprocess.py", "eval_batch.py")  # numpy + stdlib only: they run on the device
-_BUILD_REV = "4"  # bump when the build recipe below changes (4: edge-runner --kernel)
+_PY_MODULES = ("loader.py", "preprocess.py", "eval_batch.py", "verify_package.py")  # stdlib + numpy/nacl: on the device
+_BUILD_REV = "5"  # bump when the build recipe below changes (4: edge-runner --kernel; 5: PyNaCl + verify_package.py)
 
 
 def cache_root() -> Path:
@@ -155,7 +160,8 @@ def _compiler(arch: str) -> str:
 def _inputs_key(arch: str, cxx: str) -> str:
     h = hashlib.sha256()
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
-    for part in (_BUILD_REV, arch, TVM_VERSION, TVM_FFI_VERSION, version.splitlines()[0] if version else cxx):
+    for part in (_BUILD_REV, arch, TVM_VERSION, TVM_FFI_VERSION, PYNACL_VERSION, CFFI_VERSION,
+                 version.splitlines()[0] if version else cxx):
         h.update(part.encode() + b"\0")
     for name in ("runner.cc", "runner_profile.h", "runner_kernel.h", *_PY_MODULES):
         h.update((_HERE / name).read_bytes())
@@ -183,6 +189,7 @@ def _build(root: Path, arch: str, cxx: str, key: str) -> dict:
     (root / "edge_sdk_runtime/__init__.py").write_text(
         '"""edge-sdk device runtime: `from edge_sdk_runtime.loader import load`."""\n')
     _copy_python(src / "tvm_ffi", root / "python")
+    _copy_nacl(_nacl_tree(arch), root / "python")
     cmd = [
         cxx, "-std=c++17", "-O2", "-s", "-fPIE", "-pie",
         # Header paths end up in error messages; map them so the binary (and so the version)
@@ -210,6 +217,7 @@ def _build(root: Path, arch: str, cxx: str, key: str) -> dict:
         "tvm_version": TVM_VERSION,
         "tvm_ffi_version": TVM_FFI_VERSION,
         "typing_extensions_version": importlib.metadata.version("typing_extensions"),
+        "pynacl_version": PYNACL_VERSION if arch != "x86_64" else importlib.metadata.version("pynacl"),
         "runner": "bin/edge-runner",
         "inputs_key": key,
         "compiler": cxx,
@@ -273,6 +281,50 @@ def _copy_python(ffi: Path, dest: Path) -> None:
     shutil.copy2(_typing_extensions(), dest / "typing_extensions.py")
 
 
+def _copy_nacl(src: Path, dest: Path) -> None:
+    """nacl/ (Python files and the _sodium extension, libsodium linked in) and _cffi_backend."""
+    for p in sorted((src / "nacl").rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts and (p.suffix == ".py" or p.name.startswith("_sodium.")):
+            (dest / p.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, dest / p.relative_to(src))
+    for p in sorted(src.glob("_cffi_backend.*.so")):
+        shutil.copy2(p, dest / p.name)
+
+
+def _nacl_tree(arch: str) -> Path:
+    """A directory with nacl/ and _cffi_backend.*.so for `arch`: this venv's on x86_64, else the
+    aarch64 wheels (downloaded once into the cache, like TVM's)."""
+    if arch == "x86_64":
+        nacl = importlib.util.find_spec("nacl")
+        backend = importlib.util.find_spec("_cffi_backend")
+        if nacl is None or backend is None or not nacl.origin or not backend.origin:
+            raise CompileError("the runtime bundle needs PyNaCl and cffi installed", hint="pip install pynacl")
+        root = Path(nacl.origin).parent.parent
+        if Path(backend.origin).parent != root:
+            raise CompileError(f"nacl ({root}) and _cffi_backend ({backend.origin}) are not installed side by side")
+        return root
+    tree = cache_root() / "wheels" / f"{arch}-pynacl{PYNACL_VERSION}-cffi{CFFI_VERSION}-py"
+    if (tree / ".complete").exists():
+        return tree
+    wheels = _download(arch, {"pynacl-": PYNACL_VERSION, "cffi-": CFFI_VERSION},
+                       [f"pynacl=={PYNACL_VERSION}", f"cffi=={CFFI_VERSION}"])
+    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=tree.parent))
+    try:
+        for whl in wheels:
+            with zipfile.ZipFile(whl) as z:
+                for name in z.namelist():
+                    if re.fullmatch(r"nacl/.*\.py|nacl/_sodium\.abi3\.so|_cffi_backend\.cpython-311-[^/]*\.so", name):
+                        z.extract(name, tmp)
+        (tmp / ".complete").write_text("\n".join(w.name for w in wheels) + "\n")
+        if tree.exists():
+            shutil.rmtree(tree)
+        os.replace(tmp, tree)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return tree
+
+
 # ---- wheels --------------------------------------------------------------------------------
 
 def _wheel_tree(arch: str) -> Path:
@@ -314,19 +366,26 @@ def _wheel_tree(arch: str) -> Path:
 
 
 def _download_wheels(arch: str) -> list[Path]:
+    return _download(arch, {"apache_tvm-": TVM_VERSION, "apache_tvm_ffi-": TVM_FFI_VERSION},
+                     [f"apache-tvm=={TVM_VERSION}", f"apache-tvm-ffi=={TVM_FFI_VERSION}"])
+
+
+def _download(arch: str, pins: dict[str, str], requirements: list[str]) -> list[Path]:
+    """The pinned cp311 wheels for `arch` in the cache (pip download once; no install)."""
     dest = cache_root() / "wheels"
     dest.mkdir(parents=True, exist_ok=True)
-    pins = {"apache_tvm-": TVM_VERSION, "apache_tvm_ffi-": TVM_FFI_VERSION}
-    found = [w for w in dest.glob(f"*{arch}*.whl") for p, v in pins.items() if w.name.startswith(p + v + "-")]
-    if len(found) == 2:
-        return found
+
+    def found() -> list[Path]:
+        return [w for w in dest.glob(f"*{arch}*.whl") for p, v in pins.items()
+                if w.name.lower().startswith(p.lower() + v + "-")]
+    if len(found()) == len(pins):
+        return found()
     cmd = [
         sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
-        "--platform", _WHEEL_PLATFORM[arch], "--python-version", "311", "-d", str(dest),
-        f"apache-tvm=={TVM_VERSION}", f"apache-tvm-ffi=={TVM_FFI_VERSION}",
+        "--platform", _WHEEL_PLATFORM[arch], "--platform", f"manylinux2014_{arch}", "--python-version", "311",
+        "-d", str(dest), *requirements,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    found = [w for w in dest.glob(f"*{arch}*.whl") for p, v in pins.items() if w.name.startswith(p + v + "-")]
-    if proc.returncode != 0 or len(found) != 2:
-        raise CompileError(f"downloading the {arch} TVM wheels failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
-    return found
+    if proc.returncode != 0 or len(found()) != len(pins):
+        raise CompileError(f"downloading the {arch} wheels failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+    return found()

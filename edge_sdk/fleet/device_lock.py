@@ -1,0 +1,73 @@
+"""One lock per device around every operation that changes its install (deploy, rollback, tune's
+prepare, runtime install), so two of them never interleave or sweep each other's files.
+
+    with device_lock(conn, "deploy"):      # waits for another holder, up to `wait` seconds
+        ...
+
+The lock is flock(1) on ~/.edge-sdk/.lock, held by a process on the device that lives as long as one
+SSH channel: `flock LOCK sh -c 'echo locked; cat >/dev/null'`. Closing the channel (or losing the
+connection: sshd closes the session, cat sees end of input) ends the process and frees the lock, so
+a host that dies never leaves a device locked. Re-entrant per connection: deploy holds it for the
+whole device session and the steps it calls (prepare, install_runtime) take it again for free.
+"""
+from __future__ import annotations
+
+import contextlib
+import posixpath
+import shlex
+import time
+from collections.abc import Iterator
+
+import paramiko
+
+from edge_sdk.errors import DeviceError
+from edge_sdk.fleet.paths import REMOTE_ROOT
+
+LOCK = posixpath.join(REMOTE_ROOT, ".lock")
+_HELD = "_edge_sdk_lock"  # attribute on the Connection: [depth, channel]
+
+
+@contextlib.contextmanager
+def device_lock(conn, what: str, *, wait: float = 600.0) -> Iterator[None]:
+    held = getattr(conn, _HELD, None)
+    if held:  # nested: free, unless the connection broke and took the lock with it (then take it again)
+        if held[1].closed or not held[1].get_transport() or not held[1].get_transport().is_active():
+            held[1] = _acquire(conn, what, wait)
+        held[0] += 1
+        try:
+            yield
+        finally:
+            held[0] -= 1
+        return
+    held = [1, _acquire(conn, what, wait)]
+    setattr(conn, _HELD, held)
+    try:
+        yield
+    finally:
+        setattr(conn, _HELD, None)
+        held[1].close()
+
+
+def _acquire(conn, what: str, wait: float) -> paramiko.Channel:
+    script = (f"mkdir -p {shlex.quote(REMOTE_ROOT)} && exec flock -w {int(wait)} {shlex.quote(LOCK)} "
+              "sh -c 'echo locked; exec cat >/dev/null'")
+    try:
+        channel = conn.client.get_transport().open_session()
+        channel.settimeout(wait + 30)
+        channel.exec_command(script)
+        got = b""
+        deadline = time.monotonic() + wait + 30
+        while not got.endswith(b"\n") and time.monotonic() < deadline:
+            chunk = channel.recv(64)
+            if not chunk:
+                break
+            got += chunk
+    except (TimeoutError, OSError, paramiko.SSHException) as e:
+        raise DeviceError(f"device {conn.device}: cannot take the device lock for {what}: {e}") from None
+    if got.strip() != b"locked":
+        err = channel.recv_stderr(2000).decode(errors="replace").strip() if channel.recv_stderr_ready() else ""
+        channel.close()
+        raise DeviceError(f"device {conn.device}: another edge-sdk operation held the device lock ({LOCK}) for "
+                          f"more than {wait:.0f} s; {what} did not start" + (f" ({err})" if err else ""),
+                          hint="wait for the other deploy, rollback or tune to finish, then retry")
+    return channel
