@@ -65,13 +65,21 @@ class RunResult:
                     self.layer_profile, peak_gflops=self.peak_gflops, emulated=self.emulated)))
 
 
+MAX_INPUT_PIXELS = 40_000_000  # a camera frame is a few MP; a bomb decodes to gigabytes
+
+
 def load_input(path: Path, pkg: Package) -> np.ndarray:
     """A .npy (used as is, checked against the manifest) or an image (preprocessed as the manifest says)."""
     spec = pkg.manifest["input"]
     if not path.is_file():
         raise UsageError(f"{path}: no such input file")
     if path.suffix == ".npy":
-        x = np.load(path, allow_pickle=False)
+        try:  # never unpickle: an object array is refused, as is anything that is not a .npy
+            x = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:
+            raise UsageError(f"{path}: not a plain numeric .npy array ({e})") from None
+        if not isinstance(x, np.ndarray):
+            raise UsageError(f"{path}: holds several arrays (.npz); give one .npy array")
         if list(x.shape) != spec["shape"] or str(x.dtype) != spec["dtype"]:
             raise UsageError(f"{path}: input has shape {list(x.shape)} {x.dtype}; the package wants "
                              f"{spec['shape']} {spec['dtype']}")
@@ -81,8 +89,12 @@ def load_input(path: Path, pkg: Package) -> np.ndarray:
     except ImportError as e:  # pragma: no cover - pillow is a dependency
         raise UsageError("reading images needs Pillow: pip install pillow") from e
     try:
-        img = np.asarray(Image.open(path).convert("RGB"))
-    except (UnidentifiedImageError, OSError) as e:
+        with Image.open(path) as im:  # lazy: the header's size is checked before any pixel is decoded
+            if im.width * im.height > MAX_INPUT_PIXELS:
+                raise UsageError(f"{path}: {im.width}x{im.height} pixels is more than an input image may have "
+                                 f"({MAX_INPUT_PIXELS // 1_000_000} MP); a decompression bomb?")
+            img = np.asarray(im.convert("RGB"))
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError, ValueError) as e:
         raise UsageError(f"{path}: not a readable image or .npy file ({e})") from e
     from edge_sdk.runtime.preprocess import PreprocessError, model_input
 
