@@ -195,11 +195,15 @@ static void prefetch_line(Core *k, uint64_t *c, int64_t line, int flag)
     }
 }
 
-static void stream_run(Core *k, uint64_t *c, Stream *s, int64_t upto, int id)
+/* Keep a stream pf_depth lines ahead of `line`: at most pf_depth new fills per call. */
+static void stream_run(Core *k, uint64_t *c, Stream *s, int64_t line, int id)
 {
-    for (int64_t x = s->next; (s->stride > 0 ? x <= upto : x >= upto); x += s->stride) {
-        prefetch_line(k, c, x, id + 1);
-        s->next = x + s->stride;
+    if ((s->next - line) / s->stride < 1) {
+        s->next = line + s->stride;
+    }
+    for (uint64_t n = 0; n < pf_depth && (s->next - line) / s->stride <= (int64_t)pf_depth; n++) {
+        prefetch_line(k, c, s->next, id + 1);
+        s->next += s->stride;
     }
 }
 
@@ -213,11 +217,8 @@ static void hw_miss(Core *k, uint64_t *c, int64_t line)
             s->conf++;
             s->last = line;
             s->age = k->tick;
-            if ((s->stride > 0 ? s->next <= line : s->next >= line)) {
-                s->next = line + s->stride;
-            }
             if (s->conf >= (int)pf_trigger) {
-                stream_run(k, c, s, line + s->stride * (int64_t)pf_depth, i);
+                stream_run(k, c, s, line, i);
             }
             return;
         }
@@ -240,10 +241,15 @@ static void hw_miss(Core *k, uint64_t *c, int64_t line)
 /* A demand hit on a line stream `flag - 1` prefetched keeps that stream pf_depth lines ahead. */
 static void hw_hit(Core *k, uint64_t *c, int64_t line, int flag)
 {
+    if (flag - 1 >= (int)pf_streams) {
+        return;
+    }
     Stream *s = &k->st[flag - 1];
-    if (flag - 1 < (int)pf_streams && s->conf >= (int)pf_trigger) {
+    int64_t ahead = s->stride ? (s->next - line) / s->stride : 0;
+    if (s->conf >= (int)pf_trigger && ahead >= 1 && ahead <= (int64_t)pf_depth + 1) {  /* still this stream */
         s->last = line;
-        stream_run(k, c, s, line + s->stride * (int64_t)pf_depth, flag - 1);
+        s->age = ++k->tick;
+        stream_run(k, c, s, line, flag - 1);
     }
 }
 
