@@ -73,18 +73,36 @@ def _newest(runs) -> list[dict]:
     return sorted(best.values(), key=lambda r: r["run_id"])
 
 
+def _select_runs(store: ResultsStore) -> tuple[list[dict], list[dict], list[str]]:
+    """(newest runs but eval ones, in table order; newest eval runs (`edge-sdk eval`: the accuracy chart's, so
+    they do not hide the latency runs); the variants of both, in the variant table's order)."""
+    from edge_sdk.variants import VARIANTS
+
+    every = store.query()
+    runs = _newest(r for r in every if r["source"] != "eval")
+    evals = _newest(r for r in every if r["source"] == "eval")
+    order = {name: i for i, name in enumerate(VARIANTS)}
+    runs.sort(key=lambda r: (r["model"], r["device"], r["target"], r["threads"], order.get(r["variant"], 99),
+                             r["variant"]))
+    variants = sorted({r["variant"] for r in runs + evals}, key=lambda v: (order.get(v, 99), v))
+    return runs, evals, variants
+
+
+def _accuracy_points(evals: list[dict], runs: list[dict]) -> list[dict]:
+    """The newest eval run per key, and other runs that recorded an accuracy where no eval did."""
+    evaluated = {_key(r) for r in evals}
+    return [{**_run_key(r), "median_ms": r["latency_median_ms"], "accuracy": r["accuracy"],
+             "top5": r["extra"].get("top5"), "images": r["extra"].get("images"),
+             "dataset": r["extra"].get("dataset"), "source": r["source"]}
+            for r in [*evals, *(r for r in runs if _key(r) not in evaluated)] if r["accuracy"] is not None]
+
+
 def chart_data(store: ResultsStore) -> dict:
     """Everything the page draws, from the newest run per model x variant x device x target x threads."""
     from edge_sdk.variants import BASELINE, VARIANTS
 
-    every = store.query()  # eval runs (`edge-sdk eval`) feed the accuracy chart and do not hide the latency runs
-    runs = _newest(r for r in every if r["source"] != "eval")
-    evals = _newest(r for r in every if r["source"] == "eval")
+    runs, evals, variants = _select_runs(store)
     pkgs = store.packages(sorted({r["package_sha256"] for r in runs}))
-    order = {name: i for i, name in enumerate(VARIANTS)}
-    runs.sort(key=lambda r: (r["model"], r["device"], r["target"], r["threads"], order.get(r["variant"], 99),
-                             r["variant"]))
-    variants = sorted({r["variant"] for r in runs}, key=lambda v: (order.get(v, 99), v))
 
     latency = [{**_run_key(r), "median_ms": r["latency_median_ms"], "min_ms": r["latency_min_ms"],
                 "max_ms": r["latency_max_ms"], "p10_ms": r["latency_p10_ms"], "p90_ms": r["latency_p90_ms"],
@@ -127,11 +145,7 @@ def chart_data(store: ResultsStore) -> dict:
                 "intensity": lyr["intensity"], "measured": ms is not None and ms > 0, "bound_gflops": bound,
                 "gflops": lyr["flops"] / (ms * 1e6) if ms else bound})
 
-    evaluated = {_key(r) for r in evals}
-    accuracy = [{**_run_key(r), "median_ms": r["latency_median_ms"], "accuracy": r["accuracy"],
-                 "top5": r["extra"].get("top5"), "images": r["extra"].get("images"),
-                 "dataset": r["extra"].get("dataset"), "source": r["source"]}
-                for r in [*evals, *(r for r in runs if _key(r) not in evaluated)] if r["accuracy"] is not None]
+    accuracy = _accuracy_points(evals, runs)
 
     return {
         "meta": {"generated": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
