@@ -289,8 +289,9 @@ def _run_counts(argv_for, *, ks, prefix, cpu, work, guest_env, caches, after=Non
 
 
 def count_runner(*, lib: Path, params: Path, input: np.ndarray, cpu: str = "cortex-a53",  # noqa: A002
-                 ks: tuple[int, ...] = (K_LOW, K_HIGH), caches: CacheConfig | None = None) -> Count:
-    """Our aarch64 runner (1 thread): K timed calls after the first, per K in ks (+ cache misses with caches)."""
+                 ks: tuple[int, ...] = (K_LOW, K_HIGH), caches: CacheConfig | None = None, threads: int = 1) -> Count:
+    """Our aarch64 runner (`threads` TVM threads, default 1): K timed calls after the first, per K in ks
+    (+ cache misses with caches)."""
     bundle = ensure_bundle("aarch64")
     prefix = runner_prefix(cpu)
     caches = _session_caches(caches)
@@ -303,14 +304,14 @@ def count_runner(*, lib: Path, params: Path, input: np.ndarray, cpu: str = "cort
         def argv(k):
             return [str(bundle / "bin/edge-runner"), "--lib", "./model.so", "--params", "./params.bin",
                     "--input", "./input.npy", "--output", "./output.npy", "--warmup", "0", "--repeat", str(k),
-                    "--min-time-ms", "0", "--threads", "1"]
+                    "--min-time-ms", "0", "--threads", str(threads)]
 
         def keep_output(_k):
             if not output:
                 output.append(np.load(work / "output.npy", allow_pickle=False))
 
         counts, raw = _run_counts(argv, ks=ks, prefix=prefix, cpu=cpu, work=work, caches=caches,
-                                  guest_env={"TVM_NUM_THREADS": "1"}, after=keep_output)
+                                  guest_env={"TVM_NUM_THREADS": str(threads)}, after=keep_output)
     c = Count(_per_inference(counts), counts, output[0], _memory(raw, caches))
     _remember(lib, c)
     return c

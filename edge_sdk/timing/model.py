@@ -64,7 +64,7 @@ def thread_terms(cnt: np.ndarray, bc: cost.BlockCost, c: A53, work: np.ndarray, 
 
 
 def model_profile(pi: PerInference, *, threads_n: int = 1, clock_ghz: float, mem_gbps: float | None = None,
-                  c: A53 = DEFAULT, layers: int = 0) -> dict:
+                  c: A53 = DEFAULT, layers: int = 0, symbol_files: dict | None = None) -> dict:
     """The modelled cycles and ms of one inference, with their terms (see module docstring)."""
     bc = cost.block_costs(pi.blocks, pi.pred, c)
     skip = threads.runtime_blocks(pi) if threads_n > 1 else np.zeros(len(pi.blocks), dtype=bool)
@@ -87,15 +87,15 @@ def model_profile(pi: PerInference, *, threads_n: int = 1, clock_ghz: float, mem
                   "rules + libtiming cache misses), (K=3 - K=1) / 2 inferences under qemu"},
     }
     if layers:
-        out["functions"] = top_functions(pi, terms, layers)
+        out["functions"] = top_functions(pi, terms, layers, symbol_files)
     return out
 
 
-def top_functions(pi: PerInference, terms: dict, n: int) -> list[dict]:
+def top_functions(pi: PerInference, terms: dict, n: int, files: dict | None = None) -> list[dict]:
     """The n functions with the most modelled cycles (all threads), by the symbol of each block."""
     from edge_sdk.timing.symbols import Symbolizer
 
-    sym = Symbolizer(pi.maps)
+    sym = Symbolizer(pi.maps, files)
     per_block = sum(t["per_block"] for t in terms.values())
     by: dict[tuple, float] = {}
     for i in np.argsort(-per_block)[:5000]:

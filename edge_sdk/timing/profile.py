@@ -114,6 +114,15 @@ class PerInference:
                                  for v, e in x.items()}
                              for k, x in d.get("epochs", {}).items()}, d.get("meta", {}))
 
+    def subset(self, keep: np.ndarray) -> PerInference:
+        """The profile of the blocks where `keep` (bool per block) is true, predecessors remapped."""
+        idx = np.nonzero(keep)[0]
+        remap = np.full(len(self.blocks), -1, dtype=np.int64)
+        remap[idx] = np.arange(len(idx))
+        pred = np.where(self.pred[idx] >= 0, remap[np.maximum(self.pred[idx], 0)], -1)
+        return PerInference([self.blocks[i] for i in idx], {v: c[idx] for v, c in self.counts.items()}, pred,
+                            self.maps, self.epochs, dict(self.meta))
+
     def save(self, path: Path) -> None:
         tmp = path.with_name(path.name + ".tmp")
         with gzip.open(tmp, "wt") as f:

@@ -47,7 +47,9 @@ def symbol_value(path: Path, name: str) -> int | None:
 class Symbolizer:
     """Guest address -> (file name, function) for one run's mappings."""
 
-    def __init__(self, maps: list[Mapping]):
+    def __init__(self, maps: list[Mapping], files: dict | None = None):
+        """files: basename -> a local copy to read symbols from (the guest's copy may be gone)."""
+        self.files = {k: str(v) for k, v in (files or {}).items()}
         self.maps = sorted(maps, key=lambda m: m.lo)
         self._lo = [m.lo for m in self.maps]
         self.base: dict[str, int] = {}
@@ -64,7 +66,7 @@ class Symbolizer:
         if path is None:
             return "?", f"0x{addr:x}"
         rel = addr - self.base.get(path, 0)
-        p = Path(path)
-        addrs, names = elf_symbols(path, p.stat().st_mtime if p.is_file() else 0.0)
+        p = Path(self.files.get(Path(path).name, path))
+        addrs, names = elf_symbols(str(p), p.stat().st_mtime if p.is_file() else 0.0)
         i = bisect.bisect_right(addrs, rel) - 1
-        return p.name, (names[i] if i >= 0 else f"{p.name}+0x{rel:x}")
+        return Path(path).name, (names[i] if i >= 0 else f"{Path(path).name}+0x{rel:x}")

@@ -14,7 +14,7 @@
  * contains FILE and the ELF address HEX in it (e.g. libgomp@<GOMP_parallel>); executing it (any
  * vCPU) starts a new epoch. Per epoch and vCPU the plugin sums instructions and load misses of the
  * blocks outside the files named by skip=FILE (e.g. the OpenMP runtime, whose waiting is not work).
- * Files are found in /proc/self/maps at start and after every mmap the guest makes.
+ * Files are found in /proc/self/maps at start and after every file mmap the guest makes.
  *
  * Cache model (the one `--memory` uses, contrib/plugins/cache.c, in qemu 7.2): true LRU, 64 B lines,
  * each access looks up the line of its first byte (translate-a64.c splits a 128-bit access into two
@@ -34,7 +34,8 @@
  *   C <vcpu> <id> <exec> <taken> <pred id+1> <ld l1 miss> <ld l2 miss> <st l1 miss> <st l2 miss>
  *     <ifetch l1 miss> <ifetch l2 miss> <prefetch fills> <prefetch l2 miss>  (blocks with exec > 0)
  *   E <vcpu> <epoch> <insns> <ld l1 miss> <ld l2 miss> <DRAM lines>  (with mark= only, nonzero rows)
- *   M <line of the host's /proc/self/maps>   (user mode, guest_base 0: guest addresses)
+ *   M <line of /proc/self/maps>   every file mapping seen after a file mmap or at exit (a library the
+ *     guest dlclose'd stays listed); user mode with guest_base 0, so these are guest addresses
  */
 #include <glib.h>
 #include <inttypes.h>
@@ -114,6 +115,9 @@ static char *mark_file[MAX_MARKS], *skip_file[MAX_SKIPS];
 static uint64_t mark_elf[MAX_MARKS], marks[MAX_MARKS], skip_lo[MAX_RANGES], skip_hi[MAX_RANGES];
 static int n_marks, n_skip_files, n_skips;
 static GMutex maps_lock;
+static GHashTable *seen_maps;   /* file-backed /proc/self/maps lines seen so far */
+static GPtrArray *maps_order;
+static bool pending_maps[MAX_VCPUS];
 static uint64_t epoch;
 static char *out_path;
 
@@ -297,6 +301,11 @@ static void resolve_files(void)
         if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %*s %" SCNx64 " %*s %*s %4095s", &lo, &hi, &off, path) < 3) {
             continue;
         }
+        if (path[0] == '/' && !g_hash_table_contains(seen_maps, line)) {
+            char *keep = g_strdup(line);
+            g_hash_table_add(seen_maps, keep);
+            g_ptr_array_add(maps_order, keep);
+        }
         for (int i = 0; i < n_marks; i++) {
             if (path[0] && strstr(path, mark_file[i]) && off == 0 && (base[i] == 0 || lo < base[i])) {
                 base[i] = lo;
@@ -318,9 +327,18 @@ static void resolve_files(void)
     g_mutex_unlock(&maps_lock);
 }
 
+static void syscall_in(qemu_plugin_id_t id, unsigned int vcpu_index, int64_t num, uint64_t a1, uint64_t a2,
+                       uint64_t a3, uint64_t a4, uint64_t a5, uint64_t a6, uint64_t a7, uint64_t a8)
+{
+    if (vcpu_index < MAX_VCPUS) {
+        pending_maps[vcpu_index] = num == 222 && (int64_t)a5 >= 0;  /* aarch64 mmap of a file (fd = a5) */
+    }
+}
+
 static void syscall_ret(qemu_plugin_id_t id, unsigned int vcpu_index, int64_t num, int64_t ret)
 {
-    if (num == 222 && ret >= 0) { /* aarch64 mmap: a library may have arrived */
+    if (vcpu_index < MAX_VCPUS && pending_maps[vcpu_index] && ret >= 0) {
+        pending_maps[vcpu_index] = false;
         resolve_files();
     }
 }
@@ -605,13 +623,9 @@ static void at_exit(qemu_plugin_id_t id, void *p)
             "\n", pf_streams, pf_depth, pf_window, pf_trigger, swpf);
     write_blocks(f);
     write_counts(f);
-    FILE *maps = fopen("/proc/self/maps", "r");
-    char line[4096];
-    while (maps && fgets(line, sizeof(line), maps)) {
-        fprintf(f, "M %s", line);
-    }
-    if (maps) {
-        fclose(maps);
+    resolve_files();
+    for (guint i = 0; i < maps_order->len; i++) {
+        fprintf(f, "M %s", (const char *)g_ptr_array_index(maps_order, i));
     }
     fprintf(f, "T end 1\n");
     fclose(f);
@@ -677,10 +691,11 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     }
     cache_init(&l2, l2size, l2assoc);
     block_ids = g_hash_table_new(block_hash, block_equal);
-    if (n_marks || n_skip_files) {
-        resolve_files();
-        qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret);
-    }
+    seen_maps = g_hash_table_new(g_str_hash, g_str_equal);
+    maps_order = g_ptr_array_new();
+    resolve_files();
+    qemu_plugin_register_vcpu_syscall_cb(id, syscall_in);
+    qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret);
     qemu_plugin_register_vcpu_init_cb(id, vcpu_init);
     qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
     qemu_plugin_register_atexit_cb(id, at_exit, NULL);

@@ -1,0 +1,128 @@
+"""The timing model against ncnn's published Raspberry Pi 3B+ benchncnn figures: fit and held-out table.
+
+Profiles: one PerInference per (param, threads), counted as benchncnn runs the param
+(bench/emulate.count_ncnn in a timing_session; tools: `python -m edge_sdk.timing.calibrate collect`).
+Only l2_hit and dram (a53.FITTED: no source gives them) are fitted, and only on MobileNetV1 and
+ResNet18 float32 with one thread (FIT_ROWS); every other row is held out.
+
+    python -m edge_sdk.timing.calibrate table tests/data/timing/ncnn     # the table, default constants
+    python -m edge_sdk.timing.calibrate fit tests/data/timing/ncnn       # refit l2_hit and dram
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from edge_sdk.timing import cost, threads
+from edge_sdk.timing.a53 import A53, DEFAULT, FITTED
+from edge_sdk.timing.model import thread_terms
+from edge_sdk.timing.profile import PerInference
+
+# ncnn benchmark/README.md, Raspberry Pi 3 Model B+ (4x A53 @ 1.4 GHz), data of commit 3a74ae4d3
+# (2023-06-23), as ../shared/anchors/README.md lists it: param -> (1 thread ms, 4 threads ms).
+PUBLISHED = {
+    "mobilenet": (205.65, 108.66), "mobilenet_int8": (181.91, 67.03), "mobilenet_v2": (158.80, 111.68),
+    "mobilenet_v3": (127.23, 86.44), "resnet18": (379.57, 271.93), "resnet18_int8": (312.68, 160.07),
+    "squeezenet": (125.58, 85.22), "squeezenet_int8": (135.98, 74.68), "shufflenet_v2": (74.44, 47.19),
+    "efficientnet_b0": (241.27, 135.86), "mnasnet": (148.42, 95.78),
+}
+FIT_ROWS = (("mobilenet", 1), ("resnet18", 1))
+CLOCK_GHZ, MEM_GBPS = 1.4, 4.0  # targets.py's pi3plus row (the board of PUBLISHED)
+GOAL_MAX_ABS, GOAL_MEDIAN_ABS = 0.20, 0.10
+
+
+def load_profiles(folder: Path) -> dict:
+    """{(param, threads): PerInference} from <param>-t<threads>.json.gz files."""
+    out = {}
+    for f in sorted(folder.glob("*-t*.json.gz")):
+        name, _, t = f.name[: -len(".json.gz")].rpartition("-t")
+        out[(name, int(t))] = PerInference.load(f)
+    return out
+
+
+class _Priced:
+    """One profile with its block costs computed once, re-combined cheaply for other memory constants."""
+
+    def __init__(self, pi: PerInference, n_threads: int, c: A53):
+        self.pi, self.n = pi, n_threads
+        self.bc = cost.block_costs(pi.blocks, pi.pred, c)
+        self.work = ~threads.runtime_blocks(pi) if n_threads > 1 else np.ones(len(pi.blocks), dtype=bool)
+
+    def cycles(self, c: A53) -> float:
+        line_cycles = 64 / (MEM_GBPS / CLOCK_GHZ)
+        terms = {v: thread_terms(cnt, self.bc, c, self.work, line_cycles) for v, cnt in self.pi.counts.items()}
+        return threads.combine(self.pi, terms, threads_n=self.n, c=c, line_cycles=line_cycles)["modelled_cycles"]
+
+
+def table(profiles: dict, c: A53 = DEFAULT) -> list[dict]:
+    """One row per profile with a published figure: published ms, modelled ms, error, fitted or held out."""
+    rows = []
+    for (name, t), pi in sorted(profiles.items()):
+        if name not in PUBLISHED or t not in (1, 4):
+            continue
+        published = PUBLISHED[name][0 if t == 1 else 1]
+        ms = _Priced(pi, t, c).cycles(c) / (CLOCK_GHZ * 1e6)
+        rows.append({"row": name, "threads": t, "published_ms": published, "modelled_ms": ms,
+                     "error": ms / published - 1, "held_out": (name, t) not in FIT_ROWS})
+    return rows
+
+
+def summary(rows: list[dict]) -> dict:
+    held = [abs(r["error"]) for r in rows if r["held_out"]]
+    return {"held_out": len(held), "max_abs_error": max(held, default=float("nan")),
+            "median_abs_error": statistics.median(held) if held else float("nan"),
+            "misses": [f"{r['row']} t{r['threads']}" for r in rows if r["held_out"] and abs(r["error"]) > GOAL_MAX_ABS]}
+
+
+def fit(profiles: dict, c: A53 = DEFAULT) -> A53:
+    """l2_hit and dram minimising the squared log error on FIT_ROWS (a grid, then a finer one)."""
+    priced = [(_Priced(profiles[r], r[1], c), PUBLISHED[r[0]][0] * CLOCK_GHZ * 1e6) for r in FIT_ROWS]
+
+    def loss(l2: float, dram: float) -> float:
+        cc = dataclasses.replace(c, l2_hit=l2, dram=dram)
+        return sum(math.log(p.cycles(cc) / want) ** 2 for p, want in priced)
+
+    best = (float("inf"), c.l2_hit, c.dram)
+    for l2_step, dram_step, around in ((2.0, 10.0, None), (0.25, 1.0, 1)):
+        l2s = np.arange(1, 61, l2_step) if around is None else np.arange(best[1] - 2, best[1] + 2, l2_step)
+        drams = np.arange(0, 401, dram_step) if around is None else np.arange(best[2] - 10, best[2] + 10, dram_step)
+        for l2 in l2s[l2s > 0]:
+            for dram in drams[drams >= l2]:
+                got = loss(float(l2), float(dram))
+                if got < best[0]:
+                    best = (got, float(l2), float(dram))
+    assert set(FITTED) == {"l2_hit", "dram"}
+    return dataclasses.replace(c, l2_hit=round(best[1], 2), dram=round(best[2], 1))
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| row | threads | published ms (Pi 3B+) | modelled ms | error | |", "|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['row']} | {r['threads']} | {r['published_ms']:.2f} | {r['modelled_ms']:.2f} | "
+                     f"{r['error'] * 100:+.1f} % | {'held out' if r['held_out'] else 'fitted'} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=("table", "fit"))
+    ap.add_argument("folder", type=Path)
+    args = ap.parse_args(argv)
+    profiles = load_profiles(args.folder)
+    c = fit(profiles) if args.what == "fit" else DEFAULT
+    if args.what == "fit":
+        print(f"fitted on {FIT_ROWS}: l2_hit={c.l2_hit} dram={c.dram}")
+    rows = table(profiles, c)
+    print(markdown(rows))
+    print(summary(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
