@@ -144,6 +144,48 @@ def test_microkernels_under_qemu_meet_the_known_answers(kernels, kernel):
     assert got["modelled_ms"] == pytest.approx(got["modelled_cycles"] / 1.2e6)
 
 
+STREAM_C = r"""
+#include <stdlib.h>
+#include <string.h>
+/* argv: passes mode: 's' reads one word per 64 B line of 4 MB in order, 'r' chases a random cycle of them */
+int main(int argc, char **argv) {
+  long n = atol(argv[1]), sz = 4 << 20, lines = sz / 64, s = 0;
+  long *b = malloc(sz);
+  memset(b, 0, sz);
+  if (argv[2][0] == 'r') {
+    long *perm = malloc(lines * sizeof(long));
+    unsigned x = 12345;
+    for (long i = 0; i < lines; i++) perm[i] = i;
+    for (long i = lines - 1; i > 0; i--) { x = x * 1103515245u + 12345u; long j = x % (i + 1), t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+    for (long i = 0; i < lines; i++) b[perm[i] * 8] = perm[(i + 1) % lines] * 8;
+    for (long p = 0; p < n; p++) { long at = 0; for (long i = 0; i < lines; i++) at = b[at]; s += at; }
+  } else {
+    for (long p = 0; p < n; p++) for (long i = 0; i < sz / 8; i += 8) s += b[i];
+  }
+  return (int)(s & 1);
+}
+"""
+
+
+@pytest.mark.qemu
+def test_prefetcher_hides_a_stream_not_a_pointer_chase(tmp_path):
+    """A53 TRM: the L1 prefetcher follows misses at a fixed stride; a random chase defeats it."""
+    from edge_sdk.timing.profile import ADD
+    from edge_sdk.timing.run import profile_program
+
+    if shutil.which("aarch64-linux-gnu-gcc") is None:
+        pytest.skip("needs aarch64-linux-gnu-gcc")
+    (tmp_path / "s.c").write_text(STREAM_C)
+    subprocess.run(["aarch64-linux-gnu-gcc", "-O2", str(tmp_path / "s.c"), "-o", str(tmp_path / "s")], check=True)
+    lines = (4 << 20) // 64  # 4 MB: eight times the L2, so every pass goes to DRAM
+    got = {}
+    for mode in "sr":
+        pi = profile_program(lambda n, m=mode: ["./s", str(n), m], ks=(1, 3), files={"s": tmp_path / "s"})
+        got[mode] = {f: sum(c[:, ADD.index(f)].sum() for c in pi.counts.values()) for f in ADD}
+    assert got["s"]["ld_l2"] < 0.01 * lines and got["s"]["pf_l2"] == pytest.approx(lines, rel=0.01)
+    assert got["r"]["ld_l2"] == pytest.approx(lines, rel=0.01) and got["r"]["pf_l1"] < 0.01 * lines
+
+
 @pytest.mark.qemu
 def test_same_cycles_twice(kernels):
     a, b = _model(kernels, "i"), _model(kernels, "i")
