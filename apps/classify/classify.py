@@ -7,8 +7,9 @@ Runs where deploy installed the model (~/.edge-sdk/models/<model>-<variant>/curr
 runtime bundle's Python loader (~/.edge-sdk/runtime/current): python3 + numpy, no compiler, no
 edge_sdk. Each variant's VM is loaded once. Per frame, preprocessing (the bundle's preprocess.py: crop,
 resize, mean/std, channel order, layout and, for int8 inputs, quantization, all from each package's
-manifest) runs once per distinct input spec and is shared; every variant classifies the same frame. It prints top-k and latency per
-variant and writes one JSON line per (frame, variant): latency, top-k, agreement with float32.
+manifest) runs once per distinct input spec and is shared; every variant classifies the same frame.
+It prints top-k and latency per variant and writes one JSON line per (frame, variant): latency, top-k,
+agreement with float32.
 """
 from __future__ import annotations
 
