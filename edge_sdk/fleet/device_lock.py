@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import posixpath
 import shlex
-import time
 from collections.abc import Iterator
 
 import paramiko
@@ -31,7 +30,7 @@ _HELD = "_edge_sdk_lock"  # attribute on the Connection: [depth, channel]
 def device_lock(conn, what: str, *, wait: float = 600.0) -> Iterator[None]:
     held = getattr(conn, _HELD, None)
     if held:  # nested: free, unless the connection broke and took the lock with it (then take it again)
-        if held[1].closed or not held[1].get_transport() or not held[1].get_transport().is_active():
+        if not held[1].alive():
             held[1] = _acquire(conn, what, wait)
         held[0] += 1
         try:
@@ -48,26 +47,48 @@ def device_lock(conn, what: str, *, wait: float = 600.0) -> Iterator[None]:
         held[1].close()
 
 
-def _acquire(conn, what: str, wait: float) -> paramiko.Channel:
-    script = (f"mkdir -p {shlex.quote(REMOTE_ROOT)} && exec flock -w {int(wait)} {shlex.quote(LOCK)} "
-              "sh -c 'echo locked; exec cat >/dev/null'")
-    try:
-        channel = conn.client.get_transport().open_session()
-        channel.settimeout(wait + 30)
-        channel.exec_command(script)
+def lock_command(wait: float) -> str:
+    """What holds the lock on the device: prints `locked` once it has it, then waits for end of input."""
+    return (f"mkdir -p {shlex.quote(REMOTE_ROOT)} && exec flock -w {int(wait)} {shlex.quote(LOCK)} "
+            "sh -c 'echo locked; exec cat >/dev/null'")
+
+
+class _Channel:
+    """The holder over SSH: one session channel running lock_command."""
+
+    def __init__(self, conn, command: str, wait: float):
+        self.channel = conn.client.get_transport().open_session()
+        self.channel.settimeout(wait + 30)
+        self.channel.exec_command(command)
+
+    def first_line(self) -> bytes:
         got = b""
-        deadline = time.monotonic() + wait + 30
-        while not got.endswith(b"\n") and time.monotonic() < deadline:
-            chunk = channel.recv(64)
+        while not got.endswith(b"\n"):
+            chunk = self.channel.recv(64)
             if not chunk:
                 break
             got += chunk
+        return got
+
+    def alive(self) -> bool:
+        t = self.channel.get_transport()
+        return not self.channel.closed and t is not None and t.is_active()
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+def _acquire(conn, what: str, wait: float):
+    """Start the holder (Connection's SSH channel, or the connection's own start_holder: the stand-in's)."""
+    start = getattr(conn, "start_holder", None)
+    try:
+        holder = start(lock_command(wait)) if start else _Channel(conn, lock_command(wait), wait)
+        got = holder.first_line()
     except (TimeoutError, OSError, paramiko.SSHException) as e:
         raise DeviceError(f"device {conn.device}: cannot take the device lock for {what}: {e}") from None
     if got.strip() != b"locked":
-        err = channel.recv_stderr(2000).decode(errors="replace").strip() if channel.recv_stderr_ready() else ""
-        channel.close()
+        holder.close()
         raise DeviceError(f"device {conn.device}: another edge-sdk operation held the device lock ({LOCK}) for "
-                          f"more than {wait:.0f} s; {what} did not start" + (f" ({err})" if err else ""),
+                          f"more than {wait:.0f} s; {what} did not start",
                           hint="wait for the other deploy, rollback or tune to finish, then retry")
-    return channel
+    return holder

@@ -61,6 +61,24 @@ class StandInDevices:
         return [args for dev, op, args in self.log if dev == name and op == "run"]
 
 
+@dataclass
+class _Holder:
+    """A local process that holds the device lock (device_lock.py) while its input is open."""
+
+    process: subprocess.Popen
+
+    def first_line(self) -> bytes:
+        return self.process.stdout.readline()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+        self.process.stdout.close()
+
+
 class StandInConnection(Connection):
     """Connection's interface over a local folder (see the module docstring); a stand-in, not SSH."""
 
@@ -106,6 +124,13 @@ class StandInConnection(Connection):
 
     def _local(self, remote_path: str) -> Path:
         return Path(remote_path) if os.path.isabs(remote_path) else self.home / remote_path
+
+    def start_holder(self, command: str) -> _Holder:
+        """device_lock's holder: `command` (sh) in this device's folder, input kept open until close()."""
+        self._ensure_open()
+        p = subprocess.Popen(["sh", "-c", command], cwd=self.home, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL)
+        return _Holder(p)
 
     # -- the operations fleet code uses ----------------------------------------------------------
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: float | None = 60.0,

@@ -103,7 +103,7 @@ def _steps(stand_in, name: str, pkg: LocalPackage) -> list[str]:
             steps.append("upload package" if pkg.sha256 in args[1] else "upload runtime")
         elif "--expect" in args:
             steps.append("golden")
-        elif "mv -T \"$tmp\" \"$sha\"" in text:
+        elif "mv -T \".current.tmp-$tag\" current" in text:  # SWITCH_SH's one rename of current
             steps.append("switch")
         elif "tar -xf" in text:
             steps.append("extract package")
