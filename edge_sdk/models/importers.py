@@ -36,6 +36,25 @@ def _bind_params(mod):
     return mod
 
 
+def _reshape_output(mod, shape: tuple[int, ...]):
+    """End main with a reshape to the file's output shape where the Relax TFLite frontend kept more dims
+    (FULLY_CONNECTED on a (1,1,1,K) pool output, keep_num_dims false, gives (1,1,1,N), not (1,N))."""
+    import math
+
+    from tvm import relax
+
+    func = mod["main"]
+    body = func.body
+    got = tuple(int(v) for v in body.body.ty.shape)
+    if got == shape or math.prod(got) != math.prod(shape):
+        return mod
+    ty = relax.TensorType(shape, body.body.ty.dtype)
+    var = relax.Var("output", ty)
+    block = relax.BindingBlock([relax.VarBinding(var, relax.op.reshape(body.body, shape))])
+    mod["main"] = relax.Function(func.params, relax.SeqExpr([*body.blocks, block], var), ty, attrs=func.attrs)
+    return relax.transform.Normalize()(mod)
+
+
 def _image_input(path: Path, name: str, shape, dtype: str) -> tuple[tuple[int, ...], Preprocess]:
     shape = tuple(int(s) for s in shape)
     if len(shape) != 4 or shape[3] not in (1, 3) or shape[0] != 1:
@@ -69,6 +88,8 @@ def load_tflite(path: Path) -> Model:
     shape, pre = _image_input(path, in_name, in_shape, in_dtype)
     try:
         mod = from_tflite(tfl)
+        out = sub.Tensors(sub.Outputs(0))
+        mod = _reshape_output(mod, tuple(int(v) for v in out.ShapeAsNumpy()))
     except Exception as e:  # noqa: BLE001 - the frontend raises many types; name the file and the op
         raise _unsupported(path, e) from e
     return Model(name=model_name(path), mod=_bind_params(mod), input_name=in_name, input_shape=shape,
@@ -77,7 +98,6 @@ def load_tflite(path: Path) -> Model:
 
 def load_onnx(path: Path) -> Model:
     import onnx
-    from tvm.relax.frontend.onnx import from_onnx
 
     try:
         proto = onnx.load(str(path))
@@ -93,10 +113,9 @@ def load_onnx(path: Path) -> Model:
     if len(dims) != 4:
         raise ModelError(f"{path}: input '{inp.name}' has rank {len(dims)}; expected a 4-D image")
     nchw = dims[1] in (1, 3) and dims[3] not in (1, 3)
-    try:
-        mod = from_onnx(proto, shape_dict={inp.name: dims}, dtype_dict={inp.name: "float32"})
-    except Exception as e:  # noqa: BLE001 - the frontend raises many types; name the file and the op
-        raise _unsupported(path, e) from e
+    from edge_sdk.models.onnx_import import import_onnx
+
+    mod = import_onnx(proto, path, {inp.name: dims}, {inp.name: "float32"})  # ModelError names the node
     name = mod["main"].params[0].name
     nhwc = [dims[0], dims[2], dims[3], dims[1]] if nchw else dims
     _, pre = _image_input(path, name, nhwc, "float32")

@@ -46,29 +46,36 @@ def _conv2d(x, w, attrs):
     return out.transpose(0, 3, 1, 2) if attrs.data_layout == "NCHW" else out
 
 
-def _pool(x, attrs, kind):
+def _pool(x, attrs, kind, out_shape):
+    """Max/average pooling as ONNX Runtime and PyTorch define it: ceil_mode windows may run past the
+    padding (only the part inside input + padding counts, as ORT's pool_size); count_include_pad
+    divides by that part, else by the taps inside the input. The output size is the graph's."""
     layout = str(attrs.layout)
     if layout == "NCHW":
         x = x.transpose(0, 2, 3, 1)
+        out_shape = [out_shape[i] for i in (0, 2, 3, 1)]
     kh, kw = _ints(attrs.pool_size)
     sh, sw = _ints(attrs.strides)
     top, left, bottom, right = _ints(attrs.padding)
+    n, h, w, c = x.shape
+    oh, ow = out_shape[1], out_shape[2]
+    eb = max(0, (oh - 1) * sh + kh - (h + top + bottom))  # ceil_mode's extra rows / columns
+    er = max(0, (ow - 1) * sw + kw - (w + left + right))
     fill = -np.inf if kind == "max" else 0.0
-    xp = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=fill)
-    ones = np.pad(np.ones(x.shape[1:3]), ((top, bottom), (left, right)))
-    n, h, w, c = xp.shape
-    oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
-    if bool(getattr(attrs, "ceil_mode", False)):
-        raise ModelError("reference: pooling with ceil_mode is not supported")
+    xp = np.pad(x, ((0, 0), (top, bottom + eb), (left, right + er), (0, 0)), constant_values=fill)
+    inside = np.pad(np.ones((h, w)), ((top, bottom + eb), (left, right + er)))
+    padded = np.pad(np.ones((h + top + bottom, w + left + right)), ((0, eb), (0, er)))
     acc = np.full((n, oh, ow, c), fill)
-    cnt = np.zeros((oh, ow))
+    cnt, cnt_pad = np.zeros((oh, ow)), np.zeros((oh, ow))
     for i in range(kh):
         for j in range(kw):
-            patch = xp[:, i: i + (oh - 1) * sh + 1: sh, j: j + (ow - 1) * sw + 1: sw, :]
+            rows, cols = slice(i, i + (oh - 1) * sh + 1, sh), slice(j, j + (ow - 1) * sw + 1, sw)
+            patch = xp[:, rows, cols, :]
             acc = np.maximum(acc, patch) if kind == "max" else acc + patch
-            cnt += ones[i: i + (oh - 1) * sh + 1: sh, j: j + (ow - 1) * sw + 1: sw]
+            cnt += inside[rows, cols]
+            cnt_pad += padded[rows, cols]
     if kind == "avg":
-        acc = acc / (cnt[None, :, :, None] if not bool(attrs.count_include_pad) else kh * kw)
+        acc = acc / (cnt_pad if bool(attrs.count_include_pad) else cnt)[None, :, :, None]
     return acc.transpose(0, 3, 1, 2) if layout == "NCHW" else acc
 
 
@@ -79,6 +86,29 @@ def _softmax(x, axis):
 
 def _shape(ty) -> list[int]:
     return [int(s) for s in ty.shape]
+
+
+_LAYOUT_OPS = ("relax.concat", "relax.split", "relax.strided_slice", "relax.take")
+
+
+def _layout_op(op, call, args):
+    """Concat / split (a tuple out) / strided_slice / take, from attributes or (strided_slice) arguments."""
+    a = call.attrs
+    if op == "relax.concat":
+        return np.concatenate(args[0], axis=int(a.axis))
+    if op == "relax.split":
+        ios = a.indices_or_sections
+        parts = _ints(ios) if not isinstance(ios, int) and hasattr(ios, "__len__") else int(ios)
+        return tuple(np.split(args[0], parts, axis=int(a.axis)))
+    if op == "relax.take":
+        return np.take(args[0], args[1].astype(np.int64), axis=int(a.axis))
+    x = args[0]
+    axes, begin, end = (_ints(v) for v in args[1:4])
+    strides = _ints(args[4]) if len(args) > 4 and args[4] is not None else [1] * len(axes)
+    sl = [slice(None)] * x.ndim
+    for ax, b, e, st in zip(axes, begin, end, strides):
+        sl[ax] = slice(b, min(e, 2 ** 62) if st > 0 else e, st)
+    return x[tuple(sl)]
 
 
 def _eval_call(call, args):
@@ -98,10 +128,10 @@ def _eval_call(call, args):
         return np.clip(args[0], 0, 6)
     if op == "relax.sigmoid":
         return 1 / (1 + np.exp(-args[0]))
-    if op == "relax.nn.max_pool2d":
-        return _pool(args[0], a, "max")
-    if op == "relax.nn.avg_pool2d":
-        return _pool(args[0], a, "avg")
+    if op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
+        return _pool(args[0], a, "max" if op == "relax.nn.max_pool2d" else "avg", _shape(call.ty))
+    if op in _LAYOUT_OPS:
+        return _layout_op(op, call, args)
     if op == "relax.nn.adaptive_avg_pool2d":
         layout = str(a.layout)
         axes = (2, 3) if layout == "NCHW" else (1, 2)
@@ -147,6 +177,8 @@ def evaluate(mod, x: np.ndarray, *, trace: dict | None = None) -> np.ndarray:
             return e.value.numpy().astype(np.float64)
         if isinstance(e, relax.Var):
             return env[e]
+        if isinstance(e, relax.Tuple):  # concat's operands; strided_slice's axes/begin/end
+            return tuple(value(f) for f in e.fields)
         if hasattr(e, "value"):  # IntImm / FloatImm prim values
             return e.value
         raise ModelError(f"reference: unsupported expression {type(e).__name__}")
