@@ -51,11 +51,12 @@ def drive_fleet_check(args) -> int:
 
 
 def drive_fleet_status(args) -> int:
-    from edge_sdk.fleet.trust import fleet_status
+    from edge_sdk.fleet.trust import DeviceStatus, fleet_status
 
     _, devices = select_devices(args)
     results = fleet_status(devices, known_hosts=known_hosts(args))
-    statuses = [r.value for r in results if r.ok]
+    statuses = [r.value if r.ok else DeviceStatus(r.device, reachable=False, error=f"{type(r.error).__name__}: "
+                                                  f"{r.error}") for r in results]  # every device gets a row
     if args.json:
         print_json([s.as_dict() for s in statuses])
     else:

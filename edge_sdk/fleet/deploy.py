@@ -220,7 +220,9 @@ def install_package(conn: Connection, pkg: LocalPackage, bundle: LocalBundle, ou
         say(f"{label}: switch", pkg.size, pkg.size)
         _switch(conn, models, pkg.sha256, tmp)
     except EdgeError:
-        _cleanup(conn, tmp, *([content] if uploaded else []))
+        live = _live(conn, posixpath.join(models, "current"))  # a stopped switch may have made tmp live
+        keep = live in (posixpath.basename(tmp), pkg.sha256)
+        _cleanup(conn, *([] if keep else [tmp]), *([content] if uploaded and not keep else []))
         raise
     outcome.action = "installed"
 
@@ -263,6 +265,14 @@ def _members_ok(conn: Connection, install_dir: str, pkg: LocalPackage) -> bool:
     r = conn.run(["sh", "-c", 'cd "$1" && sha256sum -c --quiet --strict -', "sh", install_dir],
                  input=pkg.checklist(), check=False, timeout=300)
     return r.exit_code == 0
+
+
+def _live(conn: Connection, link: str) -> str | None:
+    """What `link` names, or "?" when the device cannot say (then nothing is removed)."""
+    try:
+        return conn.readlink(link)
+    except EdgeError:
+        return "?"
 
 
 def _cleanup(conn: Connection, *paths: str) -> None:

@@ -138,7 +138,11 @@ def _place(conn, bundle: LocalBundle, say) -> int:
         conn.run(["sh", "-c", PLACE_RUNTIME_SH, "sh", tmp, posixpath.join(RUNTIME, bundle.id), archive, tag,
                   bundle.id, "place"])
     except EdgeError:
-        conn.run(["rm", "-rf", "--", tmp, archive], check=False)
+        try:  # never remove what runtime/current names (a stopped repair points it into tmp)
+            live = (conn.readlink(CURRENT_RUNTIME) or "").split("/")[0]
+            conn.run(["rm", "-rf", "--", *([] if live == posixpath.basename(tmp) else [tmp]), archive], check=False)
+        except EdgeError:
+            pass  # a cut connection: the next prepare sweeps it (keeping what current names)
         raise
     return sent
 

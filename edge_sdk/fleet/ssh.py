@@ -136,8 +136,13 @@ class Connection:
         client = paramiko.SSHClient()
         if d.host_key and not d.host_key.startswith("SHA256:"):
             key_type, blob = d.host_key.split(" ")[:2]
-            client.get_host_keys().add(known_hosts_name(d), key_type,
-                                       paramiko.PKey.from_type_string(key_type, base64.b64decode(blob)))
+            try:
+                pinned = paramiko.PKey.from_type_string(key_type, base64.b64decode(blob))
+            except (ValueError, TypeError, paramiko.SSHException) as e:  # base64 of something that is no key
+                raise DeviceError(f"device {d}: the host_key pinned in {d.where} is not a valid {key_type} "
+                                  f"public key ({e or type(e).__name__})",
+                                  hint="copy it from the device's /etc/ssh/ssh_host_ed25519_key.pub") from None
+            client.get_host_keys().add(known_hosts_name(d), key_type, pinned)
         elif not d.host_key and self.known_hosts.exists():
             try:
                 client.get_host_keys().load(os.fspath(self.known_hosts))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import paramiko
 
-from edge_sdk.errors import DeviceError
+from edge_sdk.errors import DeviceError, EdgeError
 from edge_sdk.fleet.config import Device
 from edge_sdk.fleet.group import FleetResults, for_each_device
 from edge_sdk.fleet.paths import CURRENT_RUNTIME, MODELS, PACKAGES, RUNTIME
@@ -172,7 +172,7 @@ def status(device: Device, *, known_hosts: str | os.PathLike | None = None, time
         with connection_factory(device, known_hosts=known_hosts, connect_timeout=timeout) as c:
             c.open()  # connect now, so a refusal is reported as unreachable
             return _gather(c)
-    except DeviceError as e:
+    except EdgeError as e:  # every device gets a row: a bad pinned key or a failed command is its error
         return DeviceStatus(device, reachable=False, error=str(e))
 
 
