@@ -14,6 +14,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
+from edge_sdk.modelled import QEMU_WALL, modelled_label
 from edge_sdk.results.store import SCHEMA_VERSION, ResultsStore, atomic_write
 
 CONV_OPS = ("conv", "dense", "matmul")  # substrings of an op name that make a layer "conv" (compute), else glue
@@ -97,24 +98,81 @@ def _accuracy_points(evals: list[dict], runs: list[dict]) -> list[dict]:
             for r in [*evals, *(r for r in runs if _key(r) not in evaluated)] if r["accuracy"] is not None]
 
 
+def pi_time(r: dict) -> tuple[float, str, str]:
+    """(the ms a latency or speedup chart uses for run r, its basis, its label): a device's measured
+    median; for an emulated run the modelled Pi time (edge_sdk/timing) where the run has one, else
+    the emulator's wall time, basis "qemu-wall", which is drawn labelled and never in a speedup."""
+    if not r["emulated"]:
+        return r["latency_median_ms"], "measured", "measured ms"
+    if r.get("modelled_ms") is not None:
+        return r["modelled_ms"], "modelled", modelled_label(r["target"])
+    return r["latency_median_ms"], "qemu-wall", QEMU_WALL
+
+
+def _latency_rows(runs: list[dict]) -> list[dict]:
+    """One bar per run (pi_time); the spread (p10/p90/min/max) only where the bar is a recorded time."""
+    out = []
+    for r in runs:
+        ms, basis, label = pi_time(r)
+        spread = {k: None if basis == "modelled" else r[f"latency_{k}"] for k in ("p10_ms", "p90_ms", "min_ms", "max_ms")}
+        out.append({**_run_key(r), "ms": ms, "basis": basis, "basis_label": label, **spread,
+                    "median_ms": r["latency_median_ms"], "qemu_wall_ms": r["latency_median_ms"] if r["emulated"] else None,
+                    "modelled_ms": r.get("modelled_ms"), "modelled_cycles": r.get("modelled_cycles"),
+                    "model_version": r.get("model_version"), "repeats": r["repeats"], "golden_ok": r["golden_ok"]})
+    return out
+
+
+def _speedup_rows(runs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(float32 / variant per model, device, target and threads, from pi_time; the pairs left out because
+    one side has only the emulator's wall time)."""
+    from edge_sdk.variants import BASELINE
+
+    floats = {(r["model"], r["device"], r["target"], r["threads"]): r for r in runs if r["variant"] == BASELINE}
+    speedup, skipped = [], []
+    for r in runs:
+        base = floats.get((r["model"], r["device"], r["target"], r["threads"]))
+        if base is None or r["variant"] == BASELINE:
+            continue
+        (b, b_basis, _), (ms, basis, label) = pi_time(base), pi_time(r)
+        if "qemu-wall" in (b_basis, basis) or b_basis != basis:
+            lacking = [v for v, x in ((BASELINE, b_basis), (r["variant"], basis)) if x == "qemu-wall"]
+            skipped.append({**_run_key(r), "reason": f"no modelled Pi time for {' and '.join(lacking) or 'one side'} "
+                            f"(only the {QEMU_WALL}, which is never a speedup)"})
+            continue
+        speedup.append({**_run_key(r), "float_ms": b, "ms": ms, "basis": basis, "basis_label": label,
+                        "speedup": b / ms})
+    return speedup, skipped
+
+
+def _cores(target: str) -> int | None:
+    from edge_sdk.errors import EdgeError
+    from edge_sdk.targets import get_target
+
+    try:
+        return get_target(target).cores
+    except EdgeError:
+        return None
+
+
+def _roof_panel(r: dict, pkg: dict) -> dict:
+    """The roof a run is drawn against: the package's peak (all the target's cores) scaled to the cores
+    the run's threads use (a one-thread run: one core's peak); the memory bandwidth is shared, not scaled."""
+    cores = _cores(r["target"])
+    used = min(r["threads"], cores) if cores else None
+    peak = pkg["peak_gflops"] * used / cores if cores else pkg["peak_gflops"]
+    return {"device": r["device"], "target": r["target"], "threads": r["threads"], "cores": cores, "cores_used": used,
+            "peak_gflops": peak, "peak_gflops_all_cores": pkg["peak_gflops"], "mem_gbps": pkg["mem_gbps"],
+            "ridge": peak / pkg["mem_gbps"], "points": []}
+
+
 def chart_data(store: ResultsStore) -> dict:
     """Everything the page draws, from the newest run per model x variant x device x target x threads."""
-    from edge_sdk.variants import BASELINE, VARIANTS
+    from edge_sdk.variants import VARIANTS
 
     runs, evals, variants = _select_runs(store)
     pkgs = store.packages(sorted({r["package_sha256"] for r in runs}))
-
-    latency = [{**_run_key(r), "median_ms": r["latency_median_ms"], "min_ms": r["latency_min_ms"],
-                "max_ms": r["latency_max_ms"], "p10_ms": r["latency_p10_ms"], "p90_ms": r["latency_p90_ms"],
-                "repeats": r["repeats"], "golden_ok": r["golden_ok"]} for r in runs]
-
-    floats = {(r["model"], r["device"], r["target"], r["threads"]): r for r in runs if r["variant"] == BASELINE}
-    speedup = []
-    for r in runs:
-        base = floats.get((r["model"], r["device"], r["target"], r["threads"]))
-        if base is not None and r["variant"] != BASELINE:
-            speedup.append({**_run_key(r), "float_ms": base["latency_median_ms"], "ms": r["latency_median_ms"],
-                            "speedup": base["latency_median_ms"] / r["latency_median_ms"]})
+    latency = _latency_rows(runs)
+    speedup, speedup_skipped = _speedup_rows(runs)
 
     layers, unprofiled = [], []
     for r in runs:
@@ -130,9 +188,10 @@ def chart_data(store: ResultsStore) -> dict:
         pkg = pkgs.get(r["package_sha256"])
         if not pkg or pkg["peak_gflops"] is None or pkg["mem_gbps"] is None or not pkg["layers"]:
             continue
-        panel = roofline.setdefault((r["device"], r["target"]), {
-            "device": r["device"], "target": r["target"], "peak_gflops": pkg["peak_gflops"],
-            "mem_gbps": pkg["mem_gbps"], "ridge": pkg["peak_gflops"] / pkg["mem_gbps"], "points": []})
+        key = (r["device"], r["target"], r["threads"])
+        if key not in roofline:
+            roofline[key] = _roof_panel(r, pkg)
+        panel = roofline[key]
         timed = {x["name"]: x["ms"] for x in r["per_layer_ms"]}
         for lyr in pkg["layers"]:
             if lyr["flops"] <= 0:
@@ -152,7 +211,8 @@ def chart_data(store: ResultsStore) -> dict:
                  "db": str(store.path), "schema_version": SCHEMA_VERSION, "runs_shown": len(runs),
                  "devices": sorted({r["device"] for r in runs}), "models": sorted({r["model"] for r in runs})},
         "variants": [{"name": v, "description": VARIANTS[v].description if v in VARIANTS else v} for v in variants],
-        "latency": latency, "speedup": speedup, "layers": layers, "unprofiled": unprofiled,
+        "latency": latency, "speedup": speedup, "speedup_skipped": speedup_skipped, "layers": layers,
+        "unprofiled": unprofiled, "labels": {"qemu_wall": QEMU_WALL},
         "roofline": list(roofline.values()), "accuracy": accuracy,
     }
 

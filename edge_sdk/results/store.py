@@ -6,7 +6,7 @@ and the package's layer table stored once per package sha256 (the roofline needs
 per layer) -> `query` / `export_csv` / `export_json` / the dashboard.
 
 The schema version lives in SQLite's `user_version` pragma. An older edge-sdk refuses a newer file
-with a clear error instead of misreading it; every write is one transaction.
+with a clear error instead of misreading it; every write is one transaction. Modelled Pi time: results/modelled.py.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from pathlib import Path
 
 from edge_sdk.errors import ConfigError, UsageError
 from edge_sdk.files import honour_umask
+import edge_sdk.results.modelled as modelled
 
 SCHEMA_VERSION = 1
 
@@ -52,7 +53,8 @@ CREATE TABLE IF NOT EXISTS measurements (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     latency_median_ms REAL NOT NULL, latency_min_ms REAL NOT NULL, latency_max_ms REAL NOT NULL,
     latency_p10_ms REAL, latency_p90_ms REAL, repeats INTEGER NOT NULL, load_ms REAL,
-    per_layer_ms TEXT NOT NULL DEFAULT '[]', accuracy REAL, golden_ok INTEGER, golden_max_abs_err REAL
+    per_layer_ms TEXT NOT NULL DEFAULT '[]', accuracy REAL, golden_ok INTEGER, golden_max_abs_err REAL,
+    modelled_ms REAL, modelled_cycles REAL, model_version TEXT  -- results/modelled.py
 );
 CREATE INDEX IF NOT EXISTS measurements_by_run ON measurements(run_id);
 """
@@ -63,7 +65,7 @@ _EXTRA_COLUMNS = ("time", "cpu_model", "clock_mhz", "temperature_c", "accuracy",
 RUN_COLUMNS = ("run_id", "time", "device", "model", "variant", "target", "threads", "emulated", "sdk_version",
                "tvm_version", "cpu_model", "clock_mhz", "temperature_c", "package_sha256", "source",
                "latency_median_ms", "latency_min_ms", "latency_max_ms", "latency_p10_ms", "latency_p90_ms",
-               "repeats", "load_ms", "accuracy", "golden_ok", "golden_max_abs_err", "per_layer_ms", "extra")
+               "repeats", "load_ms", "accuracy", "golden_ok", "golden_max_abs_err", "per_layer_ms", "extra", *modelled.COLUMNS)
 
 
 def default_db_path() -> Path:
@@ -202,10 +204,9 @@ class ResultsStore:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise ConfigError(f"{self.path}: results schema version {version} is newer than this edge-sdk "
-                              f"understands ({SCHEMA_VERSION})",
-                              hint="upgrade edge-sdk, or point --db at another file")
+                              f"understands ({SCHEMA_VERSION})", hint="upgrade edge-sdk, or point --db at another file")
         if version == SCHEMA_VERSION:
-            return
+            return modelled.add_columns(self)  # a read-write file from before the modelled columns
         tables = [r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         if tables:
             raise ConfigError(f"{self.path}: an SQLite file that is not an edge-sdk results database "
@@ -242,7 +243,8 @@ class ResultsStore:
         golden = run_json.get("golden") or {}
         accuracy = extra.get("accuracy", run_json.get("accuracy"))
         per_layer = normalize_per_layer(run_json.get("per_layer_ms"))
-        leftovers = {k: v for k, v in extra.items() if k not in _EXTRA_COLUMNS}
+        figures = modelled.fields(run_json, extra)
+        leftovers = {k: v for k, v in extra.items() if k not in _EXTRA_COLUMNS + modelled.COLUMNS}
         with self._transaction() as db:
             self._store_package(db, sha, manifest)
             cur = db.execute(
@@ -258,12 +260,12 @@ class ResultsStore:
             db.execute(
                 "INSERT INTO measurements (run_id, latency_median_ms, latency_min_ms, latency_max_ms, "
                 "latency_p10_ms, latency_p90_ms, repeats, load_ms, per_layer_ms, accuracy, golden_ok, "
-                "golden_max_abs_err) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                "golden_max_abs_err, modelled_ms, modelled_cycles, model_version) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, float(_need(lat, "median", "run JSON latency_ms")), float(_need(lat, "min", "run JSON latency_ms")),
                  float(_need(lat, "max", "run JSON latency_ms")), lat.get("p10"), lat.get("p90"),
                  int(run_json.get("repeats", 0)), run_json.get("load_ms"), json.dumps(per_layer),
                  None if accuracy is None else float(accuracy),
-                 None if "ok" not in golden else int(bool(golden["ok"])), golden.get("max_abs_err")))
+                 None if "ok" not in golden else int(bool(golden["ok"])), golden.get("max_abs_err"), *figures))
         return run_id
 
     @staticmethod
@@ -304,7 +306,7 @@ class ResultsStore:
             return []
         out = []
         for row in self._rows(sql, args):
-            d = {k: row[k] for k in RUN_COLUMNS}
+            d = {k: row[k] if k in row.keys() else None for k in RUN_COLUMNS}  # noqa: SIM118 - Row `in` looks at values
             where = f"run {d['run_id']}"
             d["emulated"] = bool(d["emulated"])
             d["golden_ok"] = None if d["golden_ok"] is None else bool(d["golden_ok"])
@@ -314,6 +316,7 @@ class ResultsStore:
                 if not isinstance(d[key], (int, float)) or not 0 < d[key] < float("inf"):
                     raise ConfigError(f"{self.path}: {where}: {key} is {d[key]!r}, not a positive time",
                                       hint="the file was edited by hand or damaged; remove that run")
+            modelled.check(d, self.path, where)
             out.append(d)
         return out
 

@@ -29,41 +29,66 @@ function byModel(rows) {
 
 const RUN_COLS = [["model", (r) => r.model], ["device and setup", (r) => r.setup], ["variant", (r) => r.variant]];
 
+let LABELS = { qemu_wall: "QEMU wall time (emulator speed, not a Pi)" };  // data.labels replaces it
+// What a latency bar is: measured on the device, modelled Pi time (emulated Pi), or the emulator's wall time.
+const BASIS_TEXT = { measured: "", modelled: " modelled", "qemu-wall": " QEMU wall" };
+
+function latencyTip(model, r) {
+  const wall = r.qemu_wall_ms == null ? "" : `; ${LABELS.qemu_wall}: ${fmt(r.qemu_wall_ms)} ms median of ${r.repeats} runs`;
+  if (r.basis === "modelled") return `${model} ${r.variant} on ${r.setup}: ${fmt(r.ms)} ${r.basis_label} (Cortex-A53 timing model ${r.model_version || ""})${wall}`;
+  return `${model} ${r.variant} on ${r.setup}: median ${fmt(r.ms)} ms, ${r.basis === "measured" ? "measured" : LABELS.qemu_wall} ` +
+    `(p10 ${fmt(r.p10_ms)}, p90 ${fmt(r.p90_ms)}, min ${fmt(r.min_ms)}, max ${fmt(r.max_ms)}; ${r.repeats} runs)`;
+}
+
 function drawLatency(data, colorOf) {
+  LABELS = data.labels || LABELS;
   const s = section("latency", "Latency per model, variant and device",
-    "Bars: median latency of the newest run. Thick whisker: 10th to 90th percentile; thin whisker: min to max.");
+    "Bars: median latency of the newest run, measured on the device. For an emulated Pi the bar is the modelled Pi time " +
+    "(the Cortex-A53 timing model at the board's clock, labelled modelled), without whiskers; the emulator's own time is its " +
+    `${LABELS.qemu_wall}, in the tooltip and the table only. An emulated run without a modelled figure is drawn as its QEMU wall time, ` +
+    "pale with a dashed outline and labelled so. Thick whisker: 10th to 90th percentile; thin whisker: min to max.");
   legend(s, data.variants.map((v) => ({ label: `${v.name}: ${v.description}`, color: colorOf(v.name) })));
+  const bases = new Set(data.latency.map((r) => r.basis));
+  if (bases.has("modelled")) note(s, "“modelled”: modelled Pi ms (edge_sdk/timing), not a measurement.");
+  if (bases.has("qemu-wall")) note(s, `“QEMU wall” (pale, dashed): ${LABELS.qemu_wall}; no modelled Pi time was recorded for that run.`);
   for (const [model, rows] of byModel(data.latency)) {
     h("h3", {}, s, model);
     hbarChart(s, rows.map((r) => ({
-      group: r.setup, label: r.variant, value: r.median_ms, lo: r.p10_ms, hi: r.p90_ms, min: r.min_ms, max: r.max_ms,
-      color: colorOf(r.variant), chart: "latency", text: `${fmt(r.median_ms)} ms`,
-      tip: `${model} ${r.variant} on ${r.setup}: median ${fmt(r.median_ms)} ms (p10 ${fmt(r.p10_ms)}, p90 ${fmt(r.p90_ms)}, ` +
-        `min ${fmt(r.min_ms)}, max ${fmt(r.max_ms)}; ${r.repeats} runs)`,
+      group: r.setup, label: r.variant, value: r.ms, lo: r.p10_ms, hi: r.p90_ms, min: r.min_ms, max: r.max_ms,
+      color: colorOf(r.variant), chart: "latency", text: `${fmt(r.ms)} ms${BASIS_TEXT[r.basis] || ""}`,
+      cls: r.basis === "qemu-wall" ? "qemu-wall" : undefined, tip: latencyTip(model, r),
       data: { run_id: r.run_id, model, variant: r.variant, device: r.device, target: r.target, threads: r.threads,
-        median_ms: r.median_ms },
-    })), { title: `${model}: median latency in milliseconds per variant and device`, xLabel: "latency (ms)" });
+        median_ms: r.median_ms, ms: r.ms, basis: r.basis, qemu_wall_ms: r.qemu_wall_ms, modelled_ms: r.modelled_ms },
+    })), { title: `${model}: latency in milliseconds per variant and device (emulated Pi: modelled Pi ms)`, xLabel: "latency (ms)" });
   }
   dataTable(s, "Latency (ms) per model, device and variant", RUN_COLS.concat([
-    ["median ms", (r) => r.median_ms], ["p10 ms", (r) => r.p10_ms], ["p90 ms", (r) => r.p90_ms],
-    ["min ms", (r) => r.min_ms], ["max ms", (r) => r.max_ms], ["runs", (r) => r.repeats],
+    ["ms", (r) => r.ms], ["what the ms is", (r) => r.basis_label], ["p10 ms", (r) => r.p10_ms], ["p90 ms", (r) => r.p90_ms],
+    ["min ms", (r) => r.min_ms], ["max ms", (r) => r.max_ms], [`${LABELS.qemu_wall}, median ms`, (r) => r.qemu_wall_ms],
+    ["modelled cycles", (r) => r.modelled_cycles], ["runs", (r) => r.repeats],
     ["golden check", (r) => (r.golden_ok === null ? "–" : r.golden_ok ? "ok" : "FAILED")]]), data.latency);
 }
 
 function drawSpeedup(data, colorOf) {
   const s = section("speedup", "Speedup over float32",
-    "Median float32 latency divided by the variant's median, on the same device, target and threads. Right of the line: faster.");
+    "Median float32 latency divided by the variant's median, on the same device, target and threads; for an emulated Pi the " +
+    "modelled Pi ms of both (the timing model), never the emulator's wall time. Right of the line: faster.");
+  const skipped = data.speedup_skipped || [];
+  if (skipped.length) {
+    note(s, "No speedup for: " + skipped.map((r) => `${r.model} ${r.variant} on ${r.setup}: ${r.reason}`).join("; ") + ".");
+  }
   if (!data.speedup.length) { note(s, "No speedup to show yet: it needs a float32 run and another variant on the same device."); return; }
   for (const [model, rows] of byModel(data.speedup)) {
     h("h3", {}, s, model);
     hbarChart(s, rows.map((r) => ({
       group: r.setup, label: r.variant, value: r.speedup, color: colorOf(r.variant), chart: "speedup",
-      text: `${fmt(r.speedup)}×`, tip: `${model} ${r.variant} on ${r.setup}: ${fmt(r.speedup)}× (float32 ${fmt(r.float_ms)} ms → ${fmt(r.ms)} ms)`,
-      data: { run_id: r.run_id, model, variant: r.variant, device: r.device, speedup: r.speedup },
+      text: `${fmt(r.speedup)}×${r.basis === "modelled" ? " modelled" : ""}`,
+      tip: `${model} ${r.variant} on ${r.setup}: ${fmt(r.speedup)}× (float32 ${fmt(r.float_ms)} → ${fmt(r.ms)} ${r.basis_label})`,
+      data: { run_id: r.run_id, model, variant: r.variant, device: r.device, speedup: r.speedup, basis: r.basis,
+        float_ms: r.float_ms, ms: r.ms },
     })), { title: `${model}: speedup over float32 per variant and device`, xLabel: "speedup over float32 (×)", ref: 1, refLabel: "float32 (1×)" });
   }
   dataTable(s, "Speedup over float32", RUN_COLS.concat([["float32 ms", (r) => r.float_ms], ["variant ms", (r) => r.ms],
-    ["speedup ×", (r) => r.speedup]]), data.speedup);
+    ["what the ms are", (r) => r.basis_label], ["speedup ×", (r) => r.speedup]]), data.speedup);
 }
 
 function drawLayers(data) {
@@ -92,14 +117,15 @@ function drawLayers(data) {
 function drawRoofline(data, colorOf) {
   const s = section("roofline", "Roofline per device",
     "Each layer sits at its arithmetic intensity (FLOPs / bytes read and written, from the package manifest) under the target's " +
-    "roof: min(peak GFLOP/s, bandwidth × intensity). Filled: attained = layer FLOPs / layer time. Hollow: no per-layer time, " +
+    "roof: min(peak GFLOP/s, bandwidth × intensity); the peak is that of the cores the run's threads use (a one-thread run: one core's peak). Filled: attained = layer FLOPs / layer time. Hollow: no per-layer time, " +
     "so the point shows the layer's bound. Integer and bitserial layers count their multiply-adds as FLOPs against the fp32 peak.");
   if (!data.roofline.length) { note(s, "No roofline yet: no run's package carries a layer table with the target's peaks."); return; }
   legend(s, data.variants.map((v) => ({ label: v.name, color: colorOf(v.name), shape: "dot" }))
     .concat([{ label: "measured (filled)", color: "#444", shape: "dot" }, { label: "bound only (hollow)", color: "#444", shape: "ring" }]));
   for (const p of data.roofline) {
-    h("h3", {}, s, `${p.device} (${p.target})`);
-    rooflineChart(s, p, colorOf, { title: `Roofline of ${p.device} (${p.target}): attained GFLOP/s against arithmetic intensity` });
+    const setup = `${p.device} (${p.target}, ${p.threads} thread${p.threads === 1 ? "" : "s"})`;
+    h("h3", {}, s, setup);
+    rooflineChart(s, p, colorOf, { title: `Roofline of ${setup}: attained GFLOP/s against arithmetic intensity` });
   }
   const flat = data.roofline.flatMap((p) => p.points);
   dataTable(s, "Roofline points", [["device and setup", (r) => r.setup], ["model", (r) => r.model], ["variant", (r) => r.variant],

@@ -133,7 +133,8 @@ function hbarChart(parent, rows, opts) {
     y += HEAD;
     for (const r of g.rows) {
       el("text", { x: LABEL_W - 8, y: y + BAR - 5, class: "bar-label", "text-anchor": "end" }, svg, r.label);
-      const bar = el("rect", { x: x(0), y, width: Math.max(1, x(r.value) - x(0)), height: BAR, fill: r.color, class: "mark" }, svg);
+      const bar = el("rect", { x: x(0), y, width: Math.max(1, x(r.value) - x(0)), height: BAR, fill: r.color,
+        class: r.cls ? `mark ${r.cls}` : "mark" }, svg);
       tag(bar, r.chart, r.data);
       el("title", {}, bar, r.tip);
       const cy = y + BAR / 2;
@@ -208,9 +209,11 @@ function rooflineChart(parent, panel, colorOf, opts) {
   const roofAt = (i) => Math.min(panel.peak_gflops, panel.mem_gbps * i);
   const start = Math.max(x0, y.domain[0] / panel.mem_gbps);  // where the bandwidth slope enters the plot
   const pts = [start, panel.ridge, x1].map((i) => `${x(i)},${y(roofAt(i))}`);
-  el("polyline", { points: pts.join(" "), class: "roof" }, svg);
+  tag(el("polyline", { points: pts.join(" "), class: "roof" }, svg), "roof", { device: panel.device, target: panel.target,
+    threads: panel.threads, cores: panel.cores, peak_gflops: panel.peak_gflops, mem_gbps: panel.mem_gbps });
+  const cores = panel.cores ? ` (${panel.cores_used} of ${panel.cores} cores)` : "";
   el("text", { x: R, y: y(panel.peak_gflops) - 6, class: "roof-label", "text-anchor": "end" }, svg,
-    `peak ${fmt(panel.peak_gflops)} GFLOP/s · ${fmt(panel.mem_gbps)} GB/s · ridge ${fmt(panel.ridge)} FLOP/B`);
+    `peak ${fmt(panel.peak_gflops)} GFLOP/s${cores} · ${fmt(panel.mem_gbps)} GB/s · ridge ${fmt(panel.ridge)} FLOP/B`);
   for (const p of panel.points) {
     const c = colorOf(p.variant);
     const dot = el("circle", { cx: x(p.intensity), cy: y(p.gflops), r: 5, class: "mark point",
