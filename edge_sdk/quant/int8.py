@@ -243,7 +243,18 @@ def fully_connected(x, w, bias, rq: Requant):
     acc = (xc @ w.astype(np.float64).T).astype(np.int64)
     if bias is not None:
         acc = acc + bias.astype(np.int64)
-    return requantize(acc, rq.multiplier, rq.shift, rq.out_zp, rq.act)
+    return requantize_single(acc, rq.multiplier, rq.shift, rq.out_zp, rq.act)
+
+
+def requantize_single(acc, multiplier, shift, out_zp: int, act: tuple[int, int]) -> np.ndarray:
+    """Requantize with one rounding: (acc * M + 2^(30 - shift)) >> (31 - shift), as ruy applies the multiplier.
+
+    LiteRT's FULLY_CONNECTED int8 (BUILTIN_REF too) rounds this way, unlike its convolutions (double
+    rounding, multiply_by_quantized_multiplier): measured on DenseNet121's classifier, 2 of 400 outputs
+    differ by 1 LSB with double rounding and none with this."""
+    total = 31 - np.asarray(shift, dtype=np.int64)
+    v = (np.asarray(acc, np.int64) * np.asarray(multiplier, np.int64) + (np.int64(1) << (total - 1))) >> total
+    return np.clip(v + out_zp, act[0], act[1]).astype(np.int8)
 
 
 @dataclass(frozen=True)

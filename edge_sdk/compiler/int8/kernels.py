@@ -184,10 +184,9 @@ def depthwise_direct(x_shape, w_1hwc: np.ndarray, bias, rq: Requant, win: Window
 
 
 def dense(batch: int, w_ok: np.ndarray, bias, rq: Requant, *, simd: Simd, name: str) -> Kernel:
-    """Fully connected as the GEMM (out (batch, COpad)), else the int64-epilogue loop nest."""
-    k = _gemm_kernel((batch, w_ok.shape[1]), np.ascontiguousarray(w_ok.T).reshape(1, 1, *w_ok.T.shape), bias, rq,
-                     simd=simd, name=name)
-    return k if k is not None else dense_direct(batch, w_ok, bias, rq, simd=simd, name=name)
+    """Fully connected: the loop nest with LiteRT's single-rounding requantize (quant.int8.requantize_single;
+    the GEMM's epilogue rounds twice, as convolutions do)."""
+    return dense_direct(batch, w_ok, bias, rq, simd=simd, name=name)
 
 
 def dense_direct(batch: int, w_ok: np.ndarray, bias, rq: Requant, *, simd: Simd, name: str) -> Kernel:
@@ -197,12 +196,17 @@ def dense_direct(batch: int, w_ok: np.ndarray, bias, rq: Requant, *, simd: Simd,
     x = te.placeholder((batch, k), "int8", name="x")
     wt = te.placeholder((k, co), "int8", name="w")
     bt = te.placeholder((co,), "int32", name="bias")
-    m, ls, rs = (te.placeholder((co,), "int32", name=nm) for nm in ("mult", "lshift", "rshift"))
+    m, ts = (te.placeholder((co,), "int32", name=nm) for nm in ("mult", "total_shift"))
     rk = te.reduce_axis((0, k), "rk")
     acc = te.compute((batch, co), lambda a, o: te.sum(
         (x[a, rk].astype("int16") * wt[rk, o].astype("int16")).astype("int32"), axis=[rk]), name="acc")
-    out = te.compute((batch, co), lambda a, o: _epilogue(acc[a, o], bt, m, ls, rs, o, rq), name="out")
-    sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, m, ls, rs, out]))
+
+    def single(a, o):  # (acc * M + 2^(ts - 1)) >> ts, ts = 31 - shift
+        v = fp.i64(acc[a, o] + bt[o]) * fp.i64(m[o]) + (fp.i64(1) << (fp.i64(ts[o]) - fp.i64(1)))
+        return fp.clamp_int8((v >> fp.i64(ts[o])) + fp.i64(rq.out_zp), rq.act[0], rq.act[1])
+
+    out = te.compute((batch, co), single, name="out")
+    sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, m, ts, out]))
     acc_b, out_b = sch.get_sblock("acc"), sch.get_sblock("out")
     la, lo = sch.get_loops(out_b)
     vec = largest_divisor(co, 4 * simd.lanes)
@@ -217,4 +221,6 @@ def dense_direct(batch: int, w_ok: np.ndarray, bias, rq: Requant, *, simd: Simd,
         sch.vectorize(lv)
         sch.vectorize(oi)
     sch.decompose_reduction(acc_b, lk)
-    return Kernel(finish(sch, name), [w_ko, b.astype(np.int32), *_requant_consts(rq)], (batch, co))
+    total = (31 - np.asarray(rq.shift, np.int64)).astype(np.int32)
+    return Kernel(finish(sch, name), [w_ko, b.astype(np.int32), np.asarray(rq.multiplier, np.int32), total],
+                  (batch, co))
