@@ -17,6 +17,9 @@ import pytest
 DATA = Path(__file__).parent / "data" / "issue14"
 OPS = sorted((DATA / "ops").glob("*.tflite"))
 NETS = sorted(DATA.glob("*_int8.tflite"))
+# compiled in CI (a net takes minutes here): squeeze-excite MUL, HARD_SWISH, hard-sigmoid ADD/MUL with
+# constants (MobileNetV3-Small); SPLIT, 5-D TRANSPOSE (ShuffleNetV2). tools/issue14_matrix.py: all of them.
+COMPILED_NETS = [DATA / "mobilenet_v3_small_0.15_64_int8.tflite", DATA / "shufflenet_v2_w16_64_int8.tflite"]
 FAST_OPS = ("mul_se", "hard_swish", "split", "strided_slice_neg", "resize_bilinear_9x7", "gather_channels")
 
 
@@ -138,7 +141,7 @@ def test_compiled_op_equals_tflite_reference_all(path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NETS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", COMPILED_NETS, ids=lambda p: p.stem)
 def test_compiled_net_equals_tflite_reference(path):
     for seed in (5, 6):
         x = _input(path, seed)

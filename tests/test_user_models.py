@@ -157,3 +157,14 @@ def test_compiled_float_matches_peer(path, tmp_path):
     run = run_package(pkg, input_path=tmp_path / "x.npy", repeat=1)
     assert run.golden_ok
     _close(run.output, _peer(path, x))
+
+
+def test_ops_doc_is_generated_from_the_code():
+    """docs/OPS.md is what tools/make_ops_doc.py writes from the readers, frontends and reference."""
+    import subprocess
+    import sys
+
+    tool = Path(__file__).parents[1] / "tools" / "make_ops_doc.py"
+    res = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
