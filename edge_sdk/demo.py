@@ -5,6 +5,8 @@
       -> deploy (runtime bundle, packages, golden check on the device)
       -> upload apps/classify + sample frames, run the app ON each device over SSH
       -> pull its JSON lines back -> results store -> dashboard HTML -> latency table
+      -> a trained classifier (the digits ResNet18) in float32, int8 and w1a2 on the emulated Pi: edge-sdk eval
+         there over SSH on held-out digits -> accuracy next to modelled Pi 3 latency (evaluation/digits_demo.py)
 
 Everything started is stopped in a `finally` (also on Ctrl-C and SIGTERM). Pi latencies are
 emulated (qemu-user on this machine), not a Pi's: the table says so.
@@ -49,6 +51,7 @@ class DemoOptions:
     out_dir: Path  # the package cache (compiler/cache.py)
     db: Path | None = None  # the results store (run_demo needs it)
     dashboard: Path | None = None  # the HTML file to write (run_demo needs it)
+    accuracy_images: int | None = None  # held-out digits eval'd on the emulated Pi (None: all 360; 0: no accuracy rows)
 
 
 @dataclass
@@ -58,10 +61,12 @@ class DemoReport:
     db: Path
     seconds: float
     notes: list[str] = field(default_factory=list)
+    accuracy: list[dict] = field(default_factory=list)  # evaluation/digits_demo.py's rows
 
     @property
     def ok(self) -> bool:
-        return bool(self.rows) and all(r["golden_ok"] and r["frames"] > 0 for r in self.rows)
+        return bool(self.rows) and all(r["golden_ok"] and r["frames"] > 0 for r in self.rows) and \
+            all(r["images"] > 0 for r in self.accuracy)
 
 
 def run_demo(opts: DemoOptions) -> DemoReport:
@@ -78,7 +83,10 @@ def run_demo(opts: DemoOptions) -> DemoReport:
     notes: list[str] = []
     targets = [t.name for t in stand_in_targets() if opts.host or not t.is_host]
     pkgs = compile_variants(opts, targets, say=say, notes=notes)
-    rows = []
+    from edge_sdk.evaluation import digits_demo
+
+    digits = digits_demo.compile_digits("pi3", folder=opts.out_dir, say=say) if opts.accuracy_images != 0 else []
+    rows, accuracy = [], []
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="edge-sdk-demo-") as tmp:
         frames_dir = write_sample_frames(Path(tmp) / "frames", n=opts.frames,
                                          size=(opts.resolution * 2, opts.resolution * 3 // 2))
@@ -86,12 +94,18 @@ def run_demo(opts: DemoOptions) -> DemoReport:
             fleet, kind = start_device(target, stack=stack, say=say)
             rows += run_on_device(fleet, kind=kind, packages=pkgs[target], frames_dir=frames_dir, local=Path(tmp),
                                   opts=opts, say=say)
+            if digits and target == "pi3":
+                from edge_sdk.evaluation.samples import write_digits
+
+                accuracy = digits_demo.accuracy_on_device(fleet, digits, images=write_digits(Path(tmp) / "digits"),
+                                                          limit=opts.accuracy_images, threads=opts.threads,
+                                                          db=opts.db, say=say)
     from edge_sdk.dashboard.page import export_html
     from edge_sdk.results.store import ResultsStore
 
     with ResultsStore(opts.db) as store:
         export_html(store, opts.dashboard)
-    report = DemoReport(rows, opts.dashboard, opts.db, time.monotonic() - t0, notes)
+    report = DemoReport(rows, opts.dashboard, opts.db, time.monotonic() - t0, notes, accuracy)
     print_table(report, opts)
     return report
 
@@ -288,8 +302,8 @@ def print_table(report: DemoReport, opts: DemoOptions) -> None:
 
     t = Table(title=f"{opts.model} (alpha {opts.alpha}, {opts.resolution}x{opts.resolution}), apps/classify on the "
                     f"device, {opts.threads} thread(s); Pi latencies are emulated (qemu), not a Pi's")
-    for col in ("device", "target", "variant", "frames", "median ms", "p10-p90 ms", "speedup", "top-1 agrees",
-                "golden"):
+    for col in ("device", "target", "variant", "frames", "median ms", "p10-p90 ms", "speedup",
+                f"agreement with {BASELINE}, random weights", "golden"):
         t.add_column(col, justify="right" if col not in ("device", "target", "variant") else "left")
     floats = {(r["device"], r["target"]): r["median_ms"] for r in report.rows if r["variant"] == BASELINE}
     for r in report.rows:
@@ -300,6 +314,9 @@ def print_table(report: DemoReport, opts: DemoOptions) -> None:
                   f"{r['p10_ms']:.2f}-{r['p90_ms']:.2f}", speed, agree, "ok" if r["golden_ok"] else "FAILED")
     console = Console(width=None if sys.stdout.isatty() else 130)
     console.print(t)
+    from edge_sdk.evaluation.digits_demo import print_accuracy_table
+
+    print_accuracy_table(report.accuracy, console)
     for note in report.notes:
         console.print(f"note: {note}")
     console.print(f"results: {report.db}\ndashboard: {report.dashboard}\n"

@@ -35,10 +35,12 @@ def test_reduced_demo_end_to_end(tmp_path, capsys):
     db, html = tmp_path / "results.sqlite", tmp_path / "dash.html"
     before = _netns()
     rc = main(["demo", "--alpha", "0.25", "--resolution", "64", "--classes", "10", "--frames", "3",
-               "--db", str(db), "--dashboard", str(html), "--out-dir", str(tmp_path / "pkgs"), "--json"])
+               "--accuracy-images", "20", "--db", str(db), "--dashboard", str(html), "--out-dir",
+               str(tmp_path / "pkgs"), "--json"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    rows = json.loads(out[out.index("[\n"):])
+    doc = json.loads(out[out.index('{\n  "latency"'):])
+    rows, acc = doc["latency"], doc["accuracy"]
     got = {(r["device"], r["target"], r["variant"]) for r in rows}
     variants = {v for *_, v in got}  # int8 joins when the compiler takes a zoo model in int8; else a note says why
     assert {"float32", "w1a2"} <= variants <= {"float32", "int8", "w1a2"}
@@ -49,12 +51,22 @@ def test_reduced_demo_end_to_end(tmp_path, capsys):
     for r in rows:  # the printed table has a row per device and variant
         assert any(r["device"] in line and r["variant"] in line and f"{r['median_ms']:.2f}" in line
                    for line in out.splitlines()), r
-    assert "emulated (qemu)" in out and str(html) in out
+    assert "emulated (qemu)" in out and str(html) in out and "agreement with float32, random weights" in out
+    # the trained digits classifier, eval'd on the emulated Pi over SSH: accuracy per variant next to latency
+    assert [(r["device"], r["target"], r["variant"], r["images"]) for r in acc] == [
+        ("pi1", "pi3", v, 20) for v in ("float32", "int8", "w1a2")]
+    assert all(r["top1"] >= 0.8 and r["top5"] >= r["top1"] and r["emulated"] and r["device_ms"] > 0 for r in acc)
+    for r in acc:  # printed next to its latency
+        assert any(r["variant"] in line and f"{r['top1']:.2%}" in line and f"{r['device_ms']:.2f}" in line
+                   for line in out.splitlines()), r
 
     with sqlite3.connect(db) as con:
         runs = con.execute("SELECT r.device, r.target, r.variant, r.emulated, r.source, m.repeats, "
                            "m.latency_median_ms, m.golden_ok FROM runs r JOIN measurements m ON m.run_id = r.id "
-                           "ORDER BY r.id").fetchall()
+                           "WHERE r.source = 'classify' ORDER BY r.id").fetchall()
+        evals = con.execute("SELECT r.variant, m.accuracy FROM runs r JOIN measurements m ON m.run_id = r.id "
+                            "WHERE r.source = 'eval' ORDER BY r.id").fetchall()
+    assert evals == [(r["variant"], pytest.approx(r["top1"])) for r in acc]
     assert {(d, t, v) for d, t, v, *_ in runs} == got and len(runs) == len(rows)
     for d, t, v, emulated, source, repeats, median, golden in runs:
         assert emulated == (t == "pi3") and source == "classify" and repeats == 3 and golden == 1

@@ -23,6 +23,8 @@ def add_demo_parser(sub) -> None:
                    f"{', '.join(names(family='bitserial'))} (default w1a2)")
     p.add_argument("--frames", type=int, default=10, help="sample frames the app classifies (default 10)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--accuracy-images", type=int, metavar="N", help="held-out digits the trained classifier "
+                   "(float32, int8, w1a2) is evaluated on, on the emulated Pi (default: all 360; 0: skip)")
     p.add_argument("--no-host", action="store_true", help="skip the host packages and the loopback device")
     p.add_argument("--db", type=Path, help="results database (default: the user's results store)")
     p.add_argument("--dashboard", type=Path, help="HTML file to write (default: next to the database)")
@@ -35,8 +37,8 @@ def drive_demo(args) -> int:
     from edge_sdk.demo import DemoOptions, run_demo
     from edge_sdk.results.store import default_db_path
 
-    if args.frames < 1 or args.threads < 1:
-        raise UsageError("--frames and --threads must be at least 1")
+    if args.frames < 1 or args.threads < 1 or (args.accuracy_images is not None and args.accuracy_images < 0):
+        raise UsageError("--frames and --threads must be at least 1, --accuracy-images at least 0")
     db = args.db or default_db_path()
     cache = Path(os.environ.get("EDGE_SDK_CACHE") or Path.home() / ".cache/edge-sdk")
     old = signal.signal(signal.SIGTERM, _sigterm)  # so `finally` stops the devices on kill too
@@ -45,11 +47,11 @@ def drive_demo(args) -> int:
                                       classes=args.classes, bitserial=args.bitserial, frames=args.frames,
                                       threads=args.threads, host=not args.no_host, db=db,
                                       dashboard=args.dashboard or db.with_name("dashboard.html"),
-                                      out_dir=args.out_dir or cache / "demo"))
+                                      out_dir=args.out_dir or cache / "demo", accuracy_images=args.accuracy_images))
     finally:
         signal.signal(signal.SIGTERM, old)
     if args.json:
-        print_json(report.rows)
+        print_json({"latency": report.rows, "accuracy": report.accuracy})
     return 0 if report.ok else RuntimeFailure.exit_code
 
 
