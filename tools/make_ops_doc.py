@@ -1,7 +1,7 @@
 """Write docs/OPS.md from the code: which ops each variant family takes, so a user knows before trying.
 
     .venv/bin/python tools/make_ops_doc.py            # rewrites docs/OPS.md
-    .venv/bin/python tools/make_ops_doc.py --check    # exit 1 if docs/OPS.md is not what the code says
+    .venv/bin/python tools/make_ops_doc.py --check    # exit 1 if docs/OPS.md's op lists are not the code's
 
 Sources: int8 -- edge_sdk.models.tflite_int8.SUPPORTED (our own reader and kernels); float .tflite -- the
 Relax TFLite frontend's converter table; ONNX -- the Relax ONNX frontend's converters per opset 13..18
@@ -111,8 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 when docs/OPS.md differs from the code")
     args = ap.parse_args(argv)
     text = render()
-    if args.check:
-        same = OUT.is_file() and OUT.read_text() == text
+    if args.check:  # the op lists; the test-model marks change whenever someone adds a test model
+        def bare(t: str) -> str:
+            return t.replace(" *", "")
+
+        same = OUT.is_file() and bare(OUT.read_text()) == bare(text)
         print("docs/OPS.md is up to date" if same else "docs/OPS.md differs: run tools/make_ops_doc.py")
         return 0 if same else 1
     OUT.write_text(text)
