@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import tvm
 from tvm import s_tir, te
 
+from edge_sdk.compiler.ops.activation import activate
+
 
 @dataclass(frozen=True)
 class Simd:
@@ -55,6 +57,16 @@ def largest_divisor(n: int, limit: int) -> int:
     return 1
 
 
+def vector_width(n: int, limit: int) -> int:
+    """The largest power of two <= limit dividing n: the channels one vectorized step handles.
+    Measured (AVX-512, depthwise 28x28x120 5x5): a 24-wide step ran 0.71 GMAC/s, an 8-wide one 30.7;
+    LLVM scalarizes the guarded loads of a vector whose width is not a power of two."""
+    d = 1
+    while d * 2 <= limit and n % (d * 2) == 0:
+        d *= 2
+    return d
+
+
 def pick_tile(n: int, limit: int) -> int:
     """Tile size t <= limit for a loop of n: the padded work round_up(n, t), weighed by the per-tile
     overhead (weight vectors loaded once per t rows). The kernels compute a padded tail tile on
@@ -81,26 +93,26 @@ def pad_nhwc(x, padding, fill):
 
 @dataclass(frozen=True)
 class Epilogue:
-    """What a float kernel folds into its output write after the bias: a residual input R (one more
-    argument, same shape as the output) and the activation ("none",), ("relu",) or ("clip", lo, hi)."""
+    """What a float kernel fuses around its main loop. After the bias: a residual input R (one more
+    argument, same shape as the output), then the activation `act` (ops/activation.py: ("none",),
+    ("relu",), ("clip", lo, hi), ("sigmoid",), ("swish",), ("hswish",)). Before it, for a GEMM only:
+    `gate`, a per-input-channel vector G (one more argument, after the bias) that scales the input
+    rows, i.e. squeeze-excite's broadcast multiply folded into the 1x1 conv that consumes it."""
 
     act: tuple = ("none",)
     residual: bool = False
+    gate: bool = False
 
 
 NO_EPILOGUE = Epilogue()
 
 
 def apply_epilogue(value, bias, act: tuple, residual=None):
-    """bias add, residual add, then ReLU / clip: the ops we fold into a conv's output write."""
+    """bias add, residual add, then the activation: the ops we fold into a kernel's output write."""
     value = value + bias if bias is not None else value
     if residual is not None:
         value = value + residual
-    if act[0] == "relu":
-        value = te.max(value, tvm.tirx.const(0.0, "float32"))
-    elif act[0] == "clip":
-        value = te.min(te.max(value, tvm.tirx.const(act[1], "float32")), tvm.tirx.const(act[2], "float32"))
-    return value
+    return activate(value, act)
 
 
 # The attribute under which a scheduled kernel carries its unscheduled PrimFunc (the same compute and

@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 from tvm import s_tir, te
 
-from edge_sdk.compiler.ops.common import NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner
+from edge_sdk.compiler.ops.common import NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner, vector_width
 
 
 def choose_nr(simd: Simd, m: int, n: int) -> int:
@@ -57,9 +57,31 @@ def pad_bias(bias: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def _gated(a, w, g, simd: Simd):
+    """Squeeze-excite's per-input-channel gate folded into the GEMM: scale whichever operand is
+    smaller, once per call, in a stage of its own ("G"): W'[p, k, q] = W[p, k, q] * g[k] when
+    K x N <= M x K (early, wide layers), else A'[i, k] = A[i, k] * g[k]."""
+    m, k = (int(d) for d in a.shape)
+    blocks, _, nr = (int(d) for d in w.shape)
+    if blocks * nr <= m:
+        return a, te.compute(w.shape, lambda p, kk, q: w[p, kk, q] * g[kk], name="G"), "w"
+    return te.compute(a.shape, lambda i, kk: a[i, kk] * g[kk], name="G"), w, "a"
+
+
+def _schedule_gate(sch: s_tir.Schedule, which: str, k: int, simd: Simd) -> None:
+    gb = sch.get_sblock("G")
+    loops = sch.get_loops(gb)
+    inner = loops[-1]
+    if which == "a":
+        _, inner = sch.split(inner, [None, vector_width(k, 2 * simd.lanes)])
+    sch.vectorize(inner)
+    sch.parallel(loops[0])
+
+
 def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, nr=None,
          name="edge_gemm") -> tvm.tirx.PrimFunc:
-    """A (m, k) @ Wp (npad/nr, k, nr) + bias (npad,) [+ R (m, npad)] -> act -> (m, npad)."""
+    """A (m, k) @ Wp (npad/nr, k, nr) + bias (npad,) [G (k,) gating A's columns] [+ R (m, npad)]
+    -> act -> (m, npad)."""
     act, residual = epi.act, epi.residual
     nr = nr or choose_nr(simd, m, npad)
     mr = pick_tile(m, simd.mr_max)
@@ -67,13 +89,16 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     a = te.placeholder((m, k), "float32", name="A")
     w = te.placeholder((npad // nr, k, nr), "float32", name="W")
     b = te.placeholder((npad,), "float32", name="bias")
+    g = te.placeholder((k,), "float32", name="G_in") if epi.gate else None
     r = te.placeholder((m, npad), "float32", name="R") if residual else None
+    asrc, wsrc, which = _gated(a, w, g, simd) if epi.gate else (a, w, None)
     rk = te.reduce_axis((0, k), name="k")
     row = (lambda i: te.min(i, m - 1)) if mp != m else (lambda i: i)
-    c = te.compute((mp, npad), lambda i, j: te.sum(a[row(i), rk] * w[j // nr, rk, j % nr], axis=rk), name="C")
+    c = te.compute((mp, npad), lambda i, j: te.sum(asrc[row(i), rk] * wsrc[j // nr, rk, j % nr], axis=rk),
+                   name="C")
     out = te.compute((m, npad), lambda i, j: apply_epilogue(
         c[i, j], b[j], act, r[i, j] if residual else None), name="out")
-    args = [a, w, b] + ([r] if residual else []) + [out]
+    args = [a, w, b] + ([g] if epi.gate else []) + ([r] if residual else []) + [out]
     sch = s_tir.Schedule(workload := te.create_prim_func(args))
     cb, ob = sch.get_sblock("C"), sch.get_sblock("out")
     i, j = sch.get_loops(ob)
@@ -88,6 +113,8 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     (ck,) = tile_inner(sch, cb, 2, [mr, nr], [k], vec=True)
     sch.parallel(outer[0])
     sch.decompose_reduction(cb, ck)
+    if which is not None:
+        _schedule_gate(sch, which, k, simd)
     return finish(sch, name, workload=workload)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import tvm
 from tvm import s_tir, te
 
-from edge_sdk.compiler.ops.common import NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, largest_divisor, pad_nhwc, pick_tile, round_up, tile_inner
+from edge_sdk.compiler.ops.common import NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner, vector_width
 
 
 def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, epi: Epilogue = NO_EPILOGUE,
@@ -26,7 +26,7 @@ def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, epi: Epilog
     pt, pl, pb, pr = padding
     oh = (h + pt + pb - kh) // sh + 1
     ow = (w_ + pl + pr - kw) // sw + 1
-    cv = largest_divisor(c, 2 * simd.lanes)  # channels per step: up to two vectors
+    cv = vector_width(c, 2 * simd.lanes)  # channels per step: up to two vectors
     wr = pick_tile(ow, 4)
     owp = round_up(ow, wr)
     col = (lambda z: te.min(z, ow - 1)) if owp != ow else (lambda z: z)

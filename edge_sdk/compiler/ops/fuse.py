@@ -16,128 +16,10 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from edge_sdk.compiler.ops import conv2d as conv_ops
 from edge_sdk.compiler.ops import winograd
+from edge_sdk.compiler.ops.chain import Chain, Graph, ints, match_activation, op_name, shape_of
 from edge_sdk.compiler.ops.common import Epilogue, Simd, round_up
 from edge_sdk.compiler.ops.depthwise import depthwise_conv2d
 from edge_sdk.compiler.ops.pool import pool2d
-
-_LINEAR = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide"}
-
-
-def _shape(expr) -> tuple[int, ...] | None:
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or ty.shape is None or str(ty.dtype) != "float32":
-        return None
-    try:
-        return tuple(int(d) for d in ty.shape.values)
-    except (TypeError, AttributeError):
-        return None
-
-
-def _scalar(expr) -> float:
-    """A clip bound: a PrimValue wrapping an IntImm/FloatImm (or, in some versions, a number)."""
-    while not isinstance(expr, (int, float)):
-        expr = expr.value
-    return float(expr)
-
-
-def _ints(values) -> list[int]:
-    return [int(v) for v in values]
-
-
-class _Graph:
-    """Bindings of main's dataflow blocks: what each var is bound to and how often it is used."""
-
-    def __init__(self, func: relax.Function):
-        self.value: dict = {}
-        self.uses: dict = {}
-        for block in func.body.blocks:
-            for b in block.bindings:
-                self.value[b.var] = b.value
-                self._count(b.value)
-        self._count(func.body.body)
-
-    def _count(self, expr) -> None:
-        if isinstance(expr, relax.Var):
-            self.uses[expr] = self.uses.get(expr, 0) + 1
-        elif isinstance(expr, relax.Call):
-            for a in expr.args:
-                self._count(a)
-        elif isinstance(expr, relax.Tuple):
-            for f in expr.fields:
-                self._count(f)
-        elif isinstance(expr, relax.TupleGetItem):
-            self._count(expr.tuple_value)
-
-    def const(self, expr) -> np.ndarray | None:
-        """The numpy value of a constant argument, looking through var bindings."""
-        while isinstance(expr, relax.Var) and expr in self.value:
-            expr = self.value[expr]
-        if isinstance(expr, tvm.ir.GenericConst):
-            return expr.value.numpy()
-        return None
-
-    def single_user(self, var, user_value) -> bool:
-        return isinstance(var, relax.DataflowVar) and self.uses.get(var, 0) == 1 and user_value is not None
-
-
-def _per_channel(arr: np.ndarray, cout: int) -> np.ndarray | None:
-    """A constant that broadcasts along the channel axis only, as a (cout,) vector."""
-    if arr.ndim > 4 or any(d != 1 for d in arr.shape[:-1]) or arr.size not in (1, cout):
-        return None
-    return np.broadcast_to(arr.reshape(-1).astype("float64"), (cout,)).copy()
-
-
-class _Chain:
-    """conv/dense head + folded epilogue: scale (on weights), bias, residual, activation."""
-
-    def __init__(self, cout: int, *, allow_residual: bool):
-        self.allow_residual = allow_residual
-        self.scale = np.ones(cout)
-        self.bias = np.zeros(cout)
-        self.residual = None
-        self.act = ("none",)
-        self.end = None  # the var whose binding the fused call replaces
-
-    def absorb(self, graph: _Graph, var, call, out_shape) -> bool:
-        """Fold `call` (which consumes `var`) into the epilogue if we can."""
-        op = call.op.name if isinstance(call.op, tvm.ir.Op) else None
-        cout = out_shape[-1]
-        if op in ("relax.nn.relu", "relax.clip") and self.act == ("none",):
-            if op == "relax.nn.relu":
-                self.act = ("relu",)
-            else:
-                self.act = ("clip", _scalar(call.args[1]), _scalar(call.args[2]))
-            return True
-        if op not in _LINEAR or self.act != ("none",) or len(call.args) != 2:
-            return False
-        a, b = call.args
-        other = b if a.same_as(var) else a if op in ("relax.add", "relax.multiply") else None
-        if other is None or other.same_as(var) or _shape(call) != tuple(out_shape):
-            return False
-        value = graph.const(other)
-        if value is None:
-            if (op == "relax.add" and self.allow_residual and self.residual is None
-                    and _shape(other) == tuple(out_shape)):
-                self.residual = other
-                return True
-            return False
-        if self.residual is not None:
-            return False
-        vec = _per_channel(value, cout)
-        if vec is None:
-            return False
-        if op == "relax.add":
-            self.bias += vec
-        elif op == "relax.subtract":
-            self.bias -= vec
-        elif op == "relax.multiply":
-            self.scale *= vec
-            self.bias *= vec
-        else:
-            self.scale /= vec
-            self.bias /= vec
-        return True
-
 
 @mutator
 class KernelRewriter(PyExprMutator):
@@ -154,7 +36,7 @@ class KernelRewriter(PyExprMutator):
 
     def rewrite(self) -> tvm.IRModule:
         func = self.builder_.get()["main"]
-        graph = _Graph(func)
+        graph = Graph(func)
         for var, value in list(graph.value.items()):
             if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
                 self._plan(graph, var, value)
@@ -163,7 +45,7 @@ class KernelRewriter(PyExprMutator):
         return self.builder_.get()
 
     # -- planning -----------------------------------------------------------------------------
-    def _plan(self, graph: _Graph, var, call) -> None:
+    def _plan(self, graph: Graph, var, call) -> None:
         op = call.op.name
         if op == "relax.nn.conv2d":
             head = self._conv_head(graph, call)
@@ -179,26 +61,49 @@ class KernelRewriter(PyExprMutator):
         if head is None:
             return
         head["layer"] = var.name  # the layer table's row name (layers.py names rows by the op's binding)
-        out_shape = _shape(call)
+        out_shape = shape_of(call)
         cout = out_shape[-1]
         m = int(np.prod(out_shape[:-1]))
-        chain = _Chain(cout, allow_residual=head["kind"] == "dw"
+        chain = Chain(cout, allow_residual=head["kind"] == "dw"
                        or round_up(cout, conv_ops.choose_nr(self.simd, m, cout)) == cout)
         chain.end = var
-        users = {v: val for v, val in graph.value.items() if isinstance(val, relax.Call)}
-        cur = var
+        self._extend(graph, chain, out_shape)
+        self.plans[chain.end] = (head, chain)
+
+    def _extend(self, graph: Graph, chain: Chain, out_shape) -> None:
+        """Grow the chain from its head while the next op folds into the epilogue."""
+        cur = chain.end
         while True:
-            nxt = [(v, c) for v, c in users.items() if any(a.same_as(cur) for a in c.args)]
-            if len(nxt) != 1 or not graph.single_user(cur, nxt[0]):
-                break
-            v, c = nxt[0]
+            nxt = graph.users.get(cur, [])
             # an op joins one chain only: in conv + BN + add(shortcut conv + BN) + relu both
             # convs reach the add; the first one planned takes it, the other ends before it
-            if v in self.claimed or not chain.absorb(graph, cur, c, out_shape):
-                break
-            cur = chain.end = v
-            self.claimed.add(v)
-        self.plans[chain.end] = (head, chain)
+            if len(nxt) == 1 and graph.single_user(cur, nxt[0][1]):
+                v, c = nxt[0]
+                if v in self.claimed or not chain.absorb(graph, cur, c, out_shape):
+                    return
+                cur = chain.end = v
+                self.claimed.add(v)
+                continue
+            found = match_activation(graph, cur, out_shape) if chain.act == ("none",) else None
+            if found is None or any(n in self.claimed for n in found[2]):
+                return
+            chain.act, cur = found[0], found[1]
+            chain.end = cur
+            self.claimed.update(found[2])
+
+    @staticmethod
+    def _gate(graph, x, shape):
+        """x = multiply(feature, gate) with a (1, 1, 1, C) gate computed in the graph (squeeze-excite),
+        used once: (feature, gate) for a GEMM to fold, else (x, None)."""
+        val = graph.value.get(x)
+        if op_name(val) != "relax.multiply" or not graph.single_user(x, val) or graph.uses.get(x, 0) != 1:
+            return x, None
+        for feat, gate in (val.args, val.args[::-1]):
+            gshape = shape_of(gate)
+            if (shape_of(feat) == tuple(shape) and gshape == (1, 1, 1, shape[3]) and graph.const(gate) is None
+                    and graph.const(feat) is None):
+                return feat, gate
+        return x, None
 
     @staticmethod
     def _fold_pad(graph, x, pad):
@@ -209,39 +114,43 @@ class KernelRewriter(PyExprMutator):
                 and val.op.name == "relax.nn.pad" and graph.uses.get(x, 0) == 1
                 and isinstance(x, relax.DataflowVar)):
             return x, pad
-        pw = _ints(val.attrs.pad_width)
+        pw = ints(val.attrs.pad_width)
         if (str(val.attrs.pad_mode) != "constant" or float(val.attrs.pad_value) != 0.0 or len(pw) != 8
-                or any(pw[i] for i in (0, 1, 6, 7)) or _shape(val.args[0]) is None):
+                or any(pw[i] for i in (0, 1, 6, 7)) or shape_of(val.args[0]) is None):
             return x, pad
         return val.args[0], [pad[0] + pw[2], pad[1] + pw[4], pad[2] + pw[3], pad[3] + pw[5]]
 
     def _conv_head(self, graph, call):
         attrs = call.attrs
-        shape, w = _shape(call.args[0]), graph.const(call.args[1])
+        shape, w = shape_of(call.args[0]), graph.const(call.args[1])
         if (shape is None or w is None or len(shape) != 4 or attrs.data_layout != "NHWC"
-                or attrs.out_layout != "NHWC" or _ints(attrs.dilation) != [1, 1]):
+                or attrs.out_layout != "NHWC" or ints(attrs.dilation) != [1, 1]):
             return None
         w = np.transpose(w, [str(attrs.kernel_layout).index(ch) for ch in "HWIO"])
         groups, ci = int(attrs.groups), shape[3]
-        pad = _ints(attrs.padding)
+        pad = ints(attrs.padding)
         pad = pad * 2 if len(pad) == 2 else pad
         x, pad = self._fold_pad(graph, call.args[0], pad)
-        shape = _shape(x)
-        common = dict(x=x, shape=shape, kernel=w.shape[:2], strides=_ints(attrs.strides), pad=pad)
+        shape = shape_of(x)
+        common = dict(x=x, shape=shape, kernel=w.shape[:2], strides=ints(attrs.strides), pad=pad)
         if groups == 1:
-            return dict(kind="conv", w=w, **common)
+            gate = None
+            if tuple(w.shape[:2]) == (1, 1) and common["strides"] == [1, 1] and not any(pad) \
+                    and x not in self.claimed:
+                common["x"], gate = self._gate(graph, x, shape)
+            return dict(kind="conv", w=w, gate=gate, **common)
         if groups == ci and w.shape[2] == 1 and w.shape[3] % ci == 0:  # depth multiplier w.shape[3] // ci
             return dict(kind="dw", w=w.reshape(w.shape[0], w.shape[1], w.shape[3]), **common)
         return None
 
     def _dense_head(self, graph, call):
-        shape, w = _shape(call.args[0]), graph.const(call.args[1])
+        shape, w = shape_of(call.args[0]), graph.const(call.args[1])
         if shape is None or w is None or len(shape) != 2 or w.ndim != 2:
             return None
         return dict(kind="dense", x=call.args[0], shape=shape, w=w.astype("float32"))
 
     def _pool_head(self, call):
-        shape = _shape(call.args[0])
+        shape = shape_of(call.args[0])
         if shape is None or len(shape) != 4:
             return None
         if call.op.name == "relax.mean":
@@ -251,21 +160,21 @@ class KernelRewriter(PyExprMutator):
             return dict(kind="pool", pool="avg", x=call.args[0], shape=shape, kernel=shape[1:3],
                         strides=[1, 1], pad=[0, 0, 0, 0], include_pad=True)
         a = call.attrs
-        if (a.layout != "NHWC" or a.out_layout != "NHWC" or _ints(a.dilation) != [1, 1] or a.ceil_mode):
+        if (a.layout != "NHWC" or a.out_layout != "NHWC" or ints(a.dilation) != [1, 1] or a.ceil_mode):
             return None
-        pad = _ints(a.padding)
+        pad = ints(a.padding)
         pad = pad * 2 if len(pad) == 2 else pad
         kind = "max" if call.op.name == "relax.nn.max_pool2d" else "avg"
         include = bool(getattr(a, "count_include_pad", False))
-        return dict(kind="pool", pool=kind, x=call.args[0], shape=shape, kernel=_ints(a.pool_size),
-                    strides=_ints(a.strides), pad=pad, include_pad=include)
+        return dict(kind="pool", pool=kind, x=call.args[0], shape=shape, kernel=ints(a.pool_size),
+                    strides=ints(a.strides), pad=pad, include_pad=include)
 
     # -- emission -----------------------------------------------------------------------------
     def visit_var_binding_(self, binding) -> None:
         plan = self.plans.get(binding.var)
         if plan is None:
             return super().visit_var_binding_(binding)
-        value = self._emit(*plan, _shape(binding.var))
+        value = self._emit(*plan, shape_of(binding.var))
         self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(value)))
         return None
 
@@ -286,12 +195,15 @@ class KernelRewriter(PyExprMutator):
         w = (head["w"] * chain.scale.astype("float32")).astype("float32")
         bias = chain.bias.astype("float32")
         res = self.visit_expr(chain.residual) if chain.residual is not None else None
-        epi = Epilogue(chain.act, res is not None)
+        gate = head.get("gate")
+        epi = Epilogue(chain.act, res is not None, gate is not None)
         if kind == "dw":
             return self._emit_dw(head, x, w, bias, res, epi, out_shape)
         one_by_one = kind == "conv" and tuple(w.shape[:2]) == (1, 1) and head["strides"] == [1, 1] \
             and not any(head["pad"])
         if kind == "dense" or one_by_one:
+            if gate is not None:
+                head = {**head, "gate": self.visit_expr(gate)}
             return self._emit_gemm(head, x, w, bias, res, epi, out_shape)
         return self._emit_conv(head, x, w, bias, res, epi, out_shape)
 
@@ -324,12 +236,14 @@ class KernelRewriter(PyExprMutator):
         m = int(np.prod(head["shape"][:-1]))
         nr = conv_ops.choose_nr(self.simd, m, cout)
         npad = round_up(cout, nr)
-        key = ("gemm", m, wkn.shape[0], npad, nr, epi.act, epi.residual)
+        key = ("gemm", m, wkn.shape[0], npad, nr, epi)
         gv = self._kernel(key, lambda name: conv_ops.gemm(m, wkn.shape[0], npad, self.simd, epi=epi, nr=nr,
                                                           name=name))
         dense = head["kind"] == "dense"
         a = x if dense else self.builder_.emit(relax.op.reshape(x, (m, wkn.shape[0])))
         args = [a, relax.const(conv_ops.pack_gemm_weight(wkn, nr)), relax.const(conv_ops.pad_bias(bias, npad))]
+        if epi.gate:
+            args.append(self.builder_.emit(relax.op.reshape(head["gate"], (wkn.shape[0],))))
         if res is not None:
             args.append(self.builder_.emit(relax.op.reshape(res, (m, npad))))
         out = self.builder_.emit(relax.call_tir(gv, args, relax.TensorType((m, npad), "float32")))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import tvm
 from tvm import s_tir, te
 
-from edge_sdk.compiler.ops.common import Simd, finish, largest_divisor, pad_nhwc, tile_inner
+from edge_sdk.compiler.ops.common import Simd, finish, pad_nhwc, tile_inner, vector_width
 
 
 def pool2d(shape, kind: str, kernel, strides, padding, simd: Simd, *, count_include_pad=False,
@@ -20,7 +20,7 @@ def pool2d(shape, kind: str, kernel, strides, padding, simd: Simd, *, count_incl
     pt, pl, pb, pr = padding
     oh = (h + pt + pb - kh) // sh + 1
     ow = (w_ + pl + pr - kw) // sw + 1
-    cv = largest_divisor(c, 2 * simd.lanes)
+    cv = vector_width(c, 2 * simd.lanes)
     x = te.placeholder(shape, "float32", name="X")
     fill = tvm.tirx.min_value("float32") if kind == "max" else tvm.tirx.const(0.0, "float32")
     xp = pad_nhwc(x, padding, fill)
@@ -59,6 +59,6 @@ def pool2d(shape, kind: str, kernel, strides, padding, simd: Simd, *, count_incl
     if any(padding):
         pa, py, pz, pc = sch.get_loops(sch.get_sblock("pad"))
         sch.parallel(sch.fuse(pa, py))
-        _, pcv = sch.split(pc, [None, largest_divisor(c, simd.lanes)])
+        _, pcv = sch.split(pc, [None, vector_width(c, simd.lanes)])
         sch.vectorize(pcv)
     return finish(sch, name, workload=workload)
