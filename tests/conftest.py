@@ -11,11 +11,49 @@ DATA = Path(__file__).parent / "data"
 # Fixtures that compile a model or start an emulated Pi: a test that uses one is slow whatever its own
 # body does, so it is marked here rather than in every file (the quick lane is `pytest -m "not slow"`).
 SLOW_FIXTURES = {"host_package", "pi3_package", "emulated_pis", "v1", "v2", "variant_package"}
+# Tests that compile a model in their own body: each took more than 2.5 s in the quick lane
+# (`pytest -m "not slow" --durations=0` on the 2-core CI machine, 2026-12-01). New compile-heavy
+# tests mark themselves with @pytest.mark.slow instead of growing this list.
+SLOW_TESTS = {
+    "tests/test_bench.py::test_json_schema_store_and_missing_peers",
+    "tests/test_bench.py::test_rows_have_statuses_golden_check_and_table",
+    "tests/test_bench.py::test_wrong_output_is_a_status",
+    "tests/test_bitserial_net.py::test_cli_compile_and_run_w1a2",
+    "tests/test_bitserial_net.py::test_float_stem_still_builds_and_matches_its_reference",
+    "tests/test_bitserial_net.py::test_host_build_matches_reference",
+    "tests/test_bitserial_net.py::test_int8_stem_rows_have_their_own_kernels",
+    "tests/test_bitserial_net.py::test_mobilenet_v1_float_depthwise_bitserial_pointwise_matches_reference",
+    "tests/test_bitserial_net.py::test_unfused_build_equals_fused_build_and_reference",
+    "tests/test_bitserial_properties.py::test_compiled_conv2d_equals_integer_reference",
+    "tests/test_bitserial_properties.py::test_compiled_fused_glue_conv_equals_numpy_glue",
+    "tests/test_cli.py::test_int8_tflite_compile_run_is_bit_exact_with_tflite",
+    "tests/test_cli.py::test_int8_variant_quantizes_a_float_model_with_a_warning",
+    "tests/test_compiler_int8.py::test_compiled_model_equals_tflite_reference",
+    "tests/test_compiler_int8.py::test_distance_to_xnnpack_is_within_the_measured_bound",
+    "tests/test_compiler_ops.py::test_small_network_round_trip",
+    "tests/test_compiler_ops.py::test_tflite_matches_litert",
+    "tests/test_dashboard.py::test_served_page_in_chromium",
+    "tests/test_float_models.py::test_onnx_model_matches_onnxruntime",
+    "tests/test_float_models.py::test_tflite_float_compiled_matches_litert",
+    "tests/test_float_models.py::test_zoo_with_keras_weights_matches_the_converted_keras_model",
+    "tests/test_lce_import.py::test_cli_compile_w1a1_and_run",
+    "tests/test_lce_import.py::test_compiled_host_matches_lce_interpreter",
+    "tests/test_models.py::test_numpy_reference_agrees_with_tvm_stock_lowering",
+    "tests/test_profile.py::test_unfused_bitserial_glue_is_measured",
+    "tests/test_ptq.py::test_compile_cli_calibrates_on_a_folder",
+    "tests/test_ptq.py::test_compiled_ptq_model_equals_numpy_int8_reference",
+    "tests/test_ptq.py::test_float_tflite_is_quantized_and_compiles_exactly",
+    "tests/test_trust_signing.py::test_sign_key_on_compile",
+    "tests/test_tune_device.py::test_broken_crashing_and_hanging_candidates_fail_naming_the_device",
+    "tests/test_tune_device.py::test_good_candidates_are_timed_on_the_device_and_removed",
+}
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.get_closest_marker("qemu") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        where = item.nodeid.split("[")[0]
+        if (item.get_closest_marker("qemu") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
+                or where in SLOW_TESTS):
             item.add_marker(pytest.mark.slow)
 
 
