@@ -23,7 +23,6 @@ row i the output of `larq_compute_engine.testing.Interpreter` on input i alone.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
