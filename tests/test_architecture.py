@@ -1,0 +1,166 @@
+"""The code's shape, enforced: no import circles inside edge_sdk, files <= 400 lines, functions <= 60 lines,
+at most five functions over 8 parameters, library code never imports the CLI, ruff clean.
+
+Read from the source with ast (nothing is imported), so a new circle or an oversized function fails here
+with its file and line, not in a review. ALLOW lists the exceptions, each with its reason.
+"""
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKED = ("edge_sdk", "apps", "device_images")
+MAX_FILE_LINES, MAX_FUNC_LINES, MAX_PARAMS, MAX_WIDE_FUNCS = 400, 60, 8, 5
+
+# "path:function" or "path" -> why it is allowed past a limit.
+ALLOW: dict[str, str] = {}
+
+
+def _py_files(*dirs: str) -> list[Path]:
+    return sorted(p for d in dirs for p in (ROOT / d).rglob("*.py") if ".venv" not in p.parts)
+
+
+def _rel(p: Path) -> str:
+    return p.relative_to(ROOT).as_posix()
+
+
+def _module_name(p: Path) -> str:
+    parts = list(p.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _type_checking_block(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imports(tree: ast.Module, module: str, is_pkg: bool) -> set[str]:
+    """Every edge_sdk module this module imports, at top level or inside functions (not under TYPE_CHECKING)."""
+    found: set[str] = set()
+    skip = {id(n) for node in ast.walk(tree) if _type_checking_block(node) for n in ast.walk(node)}
+    package = module if is_pkg else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([node.module] if node.module else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return {m for m in found if m == "edge_sdk" or m.startswith("edge_sdk.")}
+
+
+def _graph() -> dict[str, set[str]]:
+    files = {_module_name(p): p for p in _py_files("edge_sdk")}
+    graph = {}
+    for mod, p in files.items():
+        deps = _imports(ast.parse(p.read_text()), mod, p.name == "__init__.py")
+        # an import of a.b.c also runs a and a.b (their __init__), but a package importing its own
+        # submodules is not a circle we care about; keep edges to real modules only.
+        graph[mod] = {d for d in deps if d in files and d != mod}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+    sys.setrecursionlimit(max(10000, sys.getrecursionlimit()))
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _is_package_init_edge(a: str, b: str) -> bool:
+    return b.startswith(a + ".") or a.startswith(b + ".")
+
+
+def test_no_import_circles_inside_edge_sdk():
+    graph = _graph()
+    # A package __init__ re-exporting its submodules (a -> a.x) while a.x imports a sibling through
+    # the package is Python's normal package shape, not a design circle: drop parent<->child edges.
+    trimmed = {m: {d for d in deps if not _is_package_init_edge(m, d)} for m, deps in graph.items()}
+    assert _cycles(trimmed) == [], "import circles (each list is one strongly connected set of modules)"
+
+
+def test_library_modules_never_import_the_cli():
+    graph = _graph()
+    bad = sorted(f"{m} imports {d}" for m, deps in graph.items() for d in deps
+                 if (d == "edge_sdk.cli" or d.startswith("edge_sdk.cli."))
+                 and not (m == "edge_sdk.cli" or m.startswith("edge_sdk.cli.") or m == "edge_sdk.__main__"))
+    assert bad == []
+
+
+def _functions():
+    for p in _py_files(*CHECKED):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield p, node
+
+
+def test_no_file_over_400_lines():
+    big = [f"{_rel(p)} ({n})" for p in _py_files(*CHECKED)
+           if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES and _rel(p) not in ALLOW]
+    assert big == []
+
+
+def test_no_function_over_60_lines():
+    long = [f"{_rel(p)}:{f.lineno} {f.name} ({n})" for p, f in _functions()
+            if (n := f.end_lineno - f.lineno + 1) > MAX_FUNC_LINES and f"{_rel(p)}:{f.name}" not in ALLOW]
+    assert long == []
+
+
+def _params(f: ast.FunctionDef) -> int:
+    a = f.args
+    names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+    if names and names[0] in ("self", "cls"):
+        names = names[1:]
+    return len(names) + (a.vararg is not None) + (a.kwarg is not None)
+
+
+def test_at_most_five_functions_over_8_parameters():
+    wide = [f"{_rel(p)}:{f.lineno} {f.name} ({n})" for p, f in _functions() if (n := _params(f)) > MAX_PARAMS]
+    assert len(wide) <= MAX_WIDE_FUNCS, "\n".join(wide)
+
+
+def test_ruff_clean():
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    if not Path(ruff).exists():
+        pytest.fail("ruff is not installed in the venv (tools/setup.sh installs the test extras, which include it)")
+    proc = subprocess.run([ruff, "check", "--output-format", "concise", "edge_sdk", "apps", "device_images",
+                           "tools", "tests"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
