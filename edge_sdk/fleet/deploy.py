@@ -36,7 +36,7 @@ from edge_sdk.fleet.device_scripts import (EXTRACT_PACKAGE_SH, EXTRACT_RUNTIME_S
 from edge_sdk.fleet.group import FleetResults, for_each_device
 from edge_sdk.fleet.paths import REMOTE_ROOT, RUNTIME, model_dir, package_file, runner
 from edge_sdk.fleet.runtime_install import TRUSTED_KEYS, LocalBundle, _check_bundle_archive, install_runtime, \
-    prepare, push_trusted_keys
+    prepare
 from edge_sdk.fleet.ssh import Connection
 from edge_sdk.package import MANIFEST, MEMBERS, open_package, sha256_file
 
@@ -161,7 +161,6 @@ def _deploy_locked(conn: Connection, packages, bundles, report: DeviceDeploy, sa
     dev = conn.device
     try:
         arch = prepare(conn)
-        push_trusted_keys(conn)
         wanted = sorted({p.arch for p in packages})
         if wanted != [arch]:
             raise DeviceError(f"device {dev}: it is {arch}, but the packages are built for {', '.join(wanted)} "

@@ -4,10 +4,11 @@ prepare, runtime install), so two of them never interleave or sweep each other's
     with device_lock(conn, "deploy"):      # waits for another holder, up to `wait` seconds
         ...
 
-The lock is flock(1) on ~/.edge-sdk/.lock, held by a process on the device that lives as long as one
-SSH channel: `flock LOCK sh -c 'echo locked; cat >/dev/null'`. Closing the channel (or losing the
-connection: sshd closes the session, cat sees end of input) ends the process and frees the lock, so
-a host that dies never leaves a device locked. Re-entrant per connection: deploy holds it for the
+The lock is flock(1) on ~/.edge-sdk/runtime/lock (beside the bundles: device state, never swept), held
+by a process on the device that lives as long as one SSH channel and the host's heartbeat on it (a
+byte every 15 s). Closing the channel, or 60 s without a byte (a host or link that died without
+closing), ends the process and frees the lock, so a dead host never leaves a device locked for long.
+Re-entrant per connection: deploy holds it for the
 whole device session and the steps it calls (prepare, install_runtime) take it again for free.
 """
 from __future__ import annotations
@@ -15,14 +16,15 @@ from __future__ import annotations
 import contextlib
 import posixpath
 import shlex
+import threading
 from collections.abc import Iterator
 
 import paramiko
 
 from edge_sdk.errors import DeviceError
-from edge_sdk.fleet.paths import REMOTE_ROOT
+from edge_sdk.fleet.paths import RUNTIME
 
-LOCK = posixpath.join(REMOTE_ROOT, ".lock")
+LOCK = posixpath.join(RUNTIME, "lock")
 _HELD = "_edge_sdk_lock"  # attribute on the Connection: [depth, channel]
 
 
@@ -47,10 +49,30 @@ def device_lock(conn, what: str, *, wait: float = 600.0) -> Iterator[None]:
         held[1].close()
 
 
+BEAT_S, SILENCE_S = 15, 60  # the host sends a byte every BEAT_S; the device lets go after SILENCE_S without one
+
+
 def lock_command(wait: float) -> str:
-    """What holds the lock on the device: prints `locked` once it has it, then waits for end of input."""
-    return (f"mkdir -p {shlex.quote(REMOTE_ROOT)} && exec flock -w {int(wait)} {shlex.quote(LOCK)} "
-            "sh -c 'echo locked; exec cat >/dev/null'")
+    """What holds the lock on the device: prints `locked` once it has it, then reads the host's heartbeat
+    bytes; end of input, or SILENCE_S without a byte (a host gone without closing), ends it."""
+    return (f"mkdir -p {shlex.quote(RUNTIME)} && exec flock -w {int(wait)} {shlex.quote(LOCK)} "
+            f"sh -c 'echo locked; while [ -n \"$(timeout {SILENCE_S} head -c 1)\" ]; do :; done'")
+
+
+class _Heartbeat(threading.Thread):
+    def __init__(self, holder):
+        super().__init__(daemon=True, name="edge-sdk-device-lock")
+        self.holder, self.stopped = holder, threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(BEAT_S):
+            try:
+                self.holder.beat()
+            except (OSError, EOFError, ValueError, paramiko.SSHException):
+                return  # the session is gone: the device lets go after SILENCE_S
+
+    def stop(self) -> None:
+        self.stopped.set()
 
 
 class _Channel:
@@ -69,6 +91,9 @@ class _Channel:
                 break
             got += chunk
         return got
+
+    def beat(self) -> None:
+        self.channel.send(b".")
 
     def alive(self) -> bool:
         t = self.channel.get_transport()
@@ -91,4 +116,19 @@ def _acquire(conn, what: str, wait: float):
         raise DeviceError(f"device {conn.device}: another edge-sdk operation held the device lock ({LOCK}) for "
                           f"more than {wait:.0f} s; {what} did not start",
                           hint="wait for the other deploy, rollback or tune to finish, then retry")
-    return holder
+    return _Beating(holder)
+
+
+class _Beating:
+    """A holder with its heartbeat thread: close() stops both."""
+
+    def __init__(self, holder):
+        self.holder, self.heart = holder, _Heartbeat(holder)
+        self.heart.start()
+
+    def alive(self) -> bool:
+        return self.holder.alive()
+
+    def close(self) -> None:
+        self.heart.stop()
+        self.holder.close()

@@ -3,8 +3,7 @@ re-check of every installed model before runtime/current moves to a new bundle.
 
     with device_lock(conn, "deploy"):
         arch = prepare(conn)                         # layout, sweep of cut runs, `uname -m`
-        push_trusted_keys(conn)                      # the keys the device's verifier accepts
-        install_runtime(conn, LocalBundle.for_arch(arch))
+        install_runtime(conn, LocalBundle.for_arch(arch))   # pushes the keys the device's verifier accepts
 
 A bundle counts as installed only when every file hashes as its bundle.json says (a damaged file
 is repaired by installing again, live copy untouched until the new one is live). bundle.json is
@@ -26,7 +25,7 @@ from edge_sdk.fleet.device_scripts import EXTRACT_RUNTIME_SH, LINK_RUNTIME_SH, P
 from edge_sdk.fleet.paths import CURRENT_RUNTIME, MODELS, REMOTE_ROOT, RUNTIME, runner
 from edge_sdk.package import sha256_file
 
-TRUSTED_KEYS = posixpath.join(REMOTE_ROOT, "trusted-keys.json")  # what verify_package.py accepts on the device
+TRUSTED_KEYS = posixpath.join(RUNTIME, "trusted-keys.json")  # what verify_package.py accepts on the device
 
 
 @dataclass(frozen=True)
@@ -110,6 +109,7 @@ def install_runtime(conn, bundle: LocalBundle, *, say=lambda *a, **k: None) -> t
     """Install the bundle under runtime/<id> unless it is there intact; runtime/current -> it once every
     installed model passes its golden check with it. Returns ("present" | "installed" | "repaired", bytes)."""
     with device_lock(conn, "runtime install"):
+        push_trusted_keys(conn)  # the verifier below (and deploy's, after) accepts the keys this machine trusts
         if runtime_intact(conn, bundle):
             if conn.readlink(CURRENT_RUNTIME) != bundle.id:
                 recheck_models(conn, posixpath.join(RUNTIME, bundle.id))

@@ -70,6 +70,10 @@ class _Holder:
     def first_line(self) -> bytes:
         return self.process.stdout.readline()
 
+    def beat(self) -> None:
+        self.process.stdin.write(b".")
+        self.process.stdin.flush()
+
     def alive(self) -> bool:
         return self.process.poll() is None
 

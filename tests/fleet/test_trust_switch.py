@@ -234,3 +234,27 @@ def test_one_device_lock_serialises_mutating_operations(fleet, v1, v2):
         t.join(300)
     assert len(results) == 3 and all(r.all_ok for r in results), [str(r[0].error) for r in results]
     assert_current_runs(loop, [v1, v2])
+
+
+def test_a_silent_holder_lets_go_of_the_lock(fleet, monkeypatch):
+    """A host that dies without closing its session (link gone) stops its heartbeat: the device lets go
+    of the lock after SILENCE_S, while a beating holder keeps it."""
+    from edge_sdk.errors import DeviceError
+    from edge_sdk.fleet import device_lock as L
+
+    loops, devices, kh = fleet
+    dev = devices[0]
+    monkeypatch.setattr(L, "SILENCE_S", 3)
+    monkeypatch.setattr(L, "BEAT_S", 1)
+    with Connection(dev, known_hosts=kh) as a, Connection(dev, known_hosts=kh) as b:
+        holder = L._acquire(a, "test", wait=5)
+        time.sleep(5)  # beating: still held
+        with pytest.raises(DeviceError, match="held the device lock"):
+            L._acquire(b, "test", wait=2).close()
+        holder.heart.stop()  # the host goes silent, its channel stays open
+        t0 = time.monotonic()
+        second = L._acquire(b, "test", wait=30)
+        waited = time.monotonic() - t0
+        second.close()
+        holder.close()
+    assert waited < 25  # let go after the silence, long before the 30 s wait ran out
