@@ -54,7 +54,9 @@ from edge_sdk.errors import MissingDependency, RuntimeFailure, UsageError
 from edge_sdk.runtime.bundle import cache_root, ensure_bundle
 # The instruction-count proxy of --memory rows, re-exported for its callers (the A53 timing model from
 # the executed blocks is edge_sdk/timing: timing_session below).
+from edge_sdk.timing import session as timing
 from edge_sdk.timing.proxy import A53, A53Model, memory_row  # noqa: F401
+from edge_sdk.timing.session import timing_session  # noqa: F401  (re-exported: `with E.timing_session(...)`)
 from edge_sdk.targets import CacheConfig, by_emulation_cpu
 
 SYSROOT = Path("/usr/aarch64-linux-gnu")
@@ -81,11 +83,12 @@ class Count:
     counts: dict[int, int]  # K -> instructions of the whole process
     output: np.ndarray | None = None  # our runner's output at K=1 (for the golden check)
     memory: dict | None = None  # per inference: CACHE_KEYS, dram_bytes; raw: {K: {key: count}}; config
+    modelled: dict | None = None  # the A53 timing model's figures (timing_session with a target)
 
     def to_json(self) -> dict:
         return {"per_inference": self.per_inference, "counts": {str(k): v for k, v in self.counts.items()},
                 "method": f"(count(K={K_HIGH}) - count(K={K_LOW})) / {K_HIGH - K_LOW}, qemu libinsn, deterministic",
-                "memory": self.memory}
+                "memory": self.memory, "modelled": self.modelled}
 
 
 def plugin_dir(*, memory: bool = False, timing: bool = False) -> Path:
@@ -243,48 +246,24 @@ def _session_caches(caches: CacheConfig | None) -> CacheConfig | None:
     return caches if caches is not None or _SESSION.get() is None else _SESSION.get()["caches"]
 
 
-def _remember(path: Path, count: Count) -> None:
+def _remember(path: Path, count: Count, files: dict | None = None) -> None:
     if _SESSION.get() is not None and count.memory is not None:
         _SESSION.get()["seen"][str(path)] = count
-    timing = _TIMING.get()
-    if timing is not None and timing.get("last") is not None:
-        timing["seen"][str(path)] = timing.pop("last")
-
-
-_TIMING: contextvars.ContextVar[dict | None] = contextvars.ContextVar("edge_sdk_emulate_timing", default=None)
-
-
-@contextmanager
-def timing_session(*, threads: int = 1):
-    """Within it, counted runs also load libtiming.so, and each counted file's per-inference block
-    profile (edge_sdk.timing.profile.PerInference) is kept by its path ({str(path): PerInference})."""
-    token = _TIMING.set({"threads": threads, "seen": {}, "last": None})
-    try:
-        yield _TIMING.get()["seen"]
-    finally:
-        _TIMING.reset(token)
+    timing.remember(path, count, files)
 
 
 def _run_counts(argv_for, *, ks, prefix, cpu, work, guest_env, caches, after=None) -> tuple[dict, dict]:
-    counts, raw, profiles = {}, {}, {}
-    timing = _TIMING.get()
+    counts, raw = {}, {}
     for k in ks:
-        targs = None
-        if timing is not None:
-            from edge_sdk.timing import qemu as timing_qemu
-
-            targs = timing_qemu.plugin_args(work / f"timing-{k}.txt", roots=(prefix, Path(argv_for(k)[0]).parents[1]),
-                                            threads=int(guest_env.get("OMP_NUM_THREADS",
-                                                                      guest_env.get("TVM_NUM_THREADS", "1"))))
+        targs = timing.plugin_args(work, k, roots=(prefix, Path(argv_for(k)[0]).parents[1]), guest_env=guest_env)
         got = count_once(argv_for(k), prefix=prefix, cpu=cpu, work=work, guest_env=guest_env, caches=caches,
                          timing=targs)
         counts[k], raw[k] = (got, None) if caches is None else got
-        if timing is not None:
-            profiles[k] = timing_qemu.read_run(work / f"timing-{k}.txt")
+        if targs is not None:
+            timing.collect(work, k, guest_env)
         if after:
             after(k)
-    if timing is not None and K_LOW in profiles and K_HIGH in profiles:
-        timing["last"] = timing_qemu.per_inference(profiles[K_LOW], profiles[K_HIGH], k_low=K_LOW, k_high=K_HIGH)
+    timing.finish(K_LOW, K_HIGH)
     return counts, raw
 
 
@@ -313,7 +292,7 @@ def count_runner(*, lib: Path, params: Path, input: np.ndarray, cpu: str = "cort
         counts, raw = _run_counts(argv, ks=ks, prefix=prefix, cpu=cpu, work=work, caches=caches,
                                   guest_env={"TVM_NUM_THREADS": str(threads)}, after=keep_output)
     c = Count(_per_inference(counts), counts, output[0], _memory(raw, caches))
-    _remember(lib, c)
+    _remember(lib, c, files={"model.so": lib})
     return c
 
 

@@ -47,15 +47,10 @@ def model_package(pkg_path: Path, target=None, threads: int = 1, *, layers: int 
     with tempfile.TemporaryDirectory(prefix="edge-timing-") as tmp:
         pkg = open_package(Path(pkg_path), Path(tmp))
         tgt = _target(target or pkg.manifest["target"]["name"])
-        lib = pkg.member("model.so")
-        with E.timing_session(threads=threads) as seen:
-            count = E.count_runner(lib=lib, params=pkg.member("params.bin"), input=pkg.golden_input,
-                                   cpu=tgt.qemu_cpu(), threads=threads)
-        pi = seen.get(str(lib))
-        if pi is None:
-            raise RuntimeFailure(f"{pkg_path}: the timing plugin produced no profile")
-        out = price(pi, tgt, threads=threads, layers=layers, files={"model.so": lib})
-    return out | {"instructions_counted": count.per_inference}
+        with E.timing_session(target=tgt, layers=layers):
+            count = E.count_runner(lib=pkg.member("model.so"), params=pkg.member("params.bin"),
+                                   input=pkg.golden_input, cpu=tgt.qemu_cpu(), threads=threads)
+    return _figures(count, pkg_path)
 
 
 def model_ncnn(param: Path, target="pi3plus", threads: int = 1, *, layers: int = 12) -> dict:
@@ -63,9 +58,12 @@ def model_ncnn(param: Path, target="pi3plus", threads: int = 1, *, layers: int =
     from edge_sdk.bench import emulate as E
 
     tgt = _target(target)
-    with E.timing_session(threads=threads) as seen:
+    with E.timing_session(target=tgt, layers=layers):
         count = E.count_ncnn(Path(param), threads, cpu=tgt.qemu_cpu())
-    pi = seen.get(str(param))
-    if pi is None:
-        raise RuntimeFailure(f"{param}: the timing plugin produced no profile")
-    return price(pi, tgt, threads=threads, layers=layers) | {"instructions_counted": count.per_inference}
+    return _figures(count, param)
+
+
+def _figures(count, what) -> dict:
+    if count.modelled is None:
+        raise RuntimeFailure(f"{what}: the timing plugin produced no profile")
+    return count.modelled | {"instructions_counted": count.per_inference}

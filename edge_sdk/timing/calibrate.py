@@ -2,11 +2,11 @@
 
 Profiles: one PerInference per (param, threads), counted as benchncnn runs the param
 (bench/emulate.count_ncnn in a timing_session; tools: `python -m edge_sdk.timing.calibrate collect`).
-Only l2_hit and dram (a53.FITTED: no source gives them) are fitted, and only on MobileNetV1 and
-ResNet18 float32 with one thread (FIT_ROWS); every other row is held out.
+Only dram (a53.FITTED: no source gives it) is fitted, and only on MobileNetV1 and ResNet18 float32
+with one thread (FIT_ROWS); every other row is held out.
 
     python -m edge_sdk.timing.calibrate table tests/data/timing/ncnn     # the table, default constants
-    python -m edge_sdk.timing.calibrate fit tests/data/timing/ncnn       # refit l2_hit and dram
+    python -m edge_sdk.timing.calibrate fit tests/data/timing/ncnn       # refit dram
 """
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ class _Priced:
 
     def cycles(self, c: A53) -> float:
         line_cycles = 64 / (MEM_GBPS / CLOCK_GHZ)
-        terms = {v: thread_terms(cnt, self.bc, c, self.work, line_cycles) for v, cnt in self.pi.counts.items()}
+        core_line = max(line_cycles, c.dram / c.line_fills_in_flight)
+        terms = {v: thread_terms(cnt, self.bc, c, self.work, core_line) for v, cnt in self.pi.counts.items()}
         return threads.combine(self.pi, terms, threads_n=self.n, c=c, line_cycles=line_cycles)["modelled_cycles"]
 
 
@@ -81,24 +82,17 @@ def summary(rows: list[dict]) -> dict:
 
 
 def fit(profiles: dict, c: A53 = DEFAULT) -> A53:
-    """l2_hit and dram minimising the squared log error on FIT_ROWS (a grid, then a finer one)."""
+    """dram minimising the squared log error on FIT_ROWS (a 1-cycle grid, then a 0.1-cycle one)."""
     priced = [(_Priced(profiles[r], r[1], c), PUBLISHED[r[0]][0] * CLOCK_GHZ * 1e6) for r in FIT_ROWS]
 
-    def loss(l2: float, dram: float) -> float:
-        cc = dataclasses.replace(c, l2_hit=l2, dram=dram)
+    def loss(dram: float) -> float:
+        cc = dataclasses.replace(c, dram=dram)
         return sum(math.log(p.cycles(cc) / want) ** 2 for p, want in priced)
 
-    best = (float("inf"), c.l2_hit, c.dram)
-    for l2_step, dram_step, around in ((2.0, 10.0, None), (0.25, 1.0, 1)):
-        l2s = np.arange(1, 61, l2_step) if around is None else np.arange(best[1] - 2, best[1] + 2, l2_step)
-        drams = np.arange(0, 401, dram_step) if around is None else np.arange(best[2] - 10, best[2] + 10, dram_step)
-        for l2 in l2s[l2s > 0]:
-            for dram in drams[drams >= l2]:
-                got = loss(float(l2), float(dram))
-                if got < best[0]:
-                    best = (got, float(l2), float(dram))
-    assert set(FITTED) == {"l2_hit", "dram"}
-    return dataclasses.replace(c, l2_hit=round(best[1], 2), dram=round(best[2], 1))
+    best = min(np.arange(0.0, 801.0, 1.0), key=loss)
+    best = min(np.arange(best - 1, best + 1, 0.1), key=loss)
+    assert FITTED == ("dram",)
+    return dataclasses.replace(c, dram=round(float(best), 1))
 
 
 def markdown(rows: list[dict]) -> str:
@@ -117,7 +111,7 @@ def main(argv=None) -> int:
     profiles = load_profiles(args.folder)
     c = fit(profiles) if args.what == "fit" else DEFAULT
     if args.what == "fit":
-        print(f"fitted on {FIT_ROWS}: l2_hit={c.l2_hit} dram={c.dram}")
+        print(f"fitted on {FIT_ROWS}: dram={c.dram} (l2_hit={c.l2_hit}, H&P)")
     rows = table(profiles, c)
     print(markdown(rows))
     print(summary(rows))
