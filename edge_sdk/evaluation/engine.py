@@ -7,8 +7,9 @@
 Every image is decoded here (Pillow) and turned into the model input by edge_sdk/runtime/preprocess.py
 with the package manifest's preprocessing (the module the device runs too). Then the inputs run:
 - "host": natively, in one process of the runtime bundle's Python loader (runtime/eval_batch.py);
-- "qemu": an aarch64 package on this x86 machine, one edge-runner per image under qemu-aarch64 with the
-  target's CPU model (slow: use --limit; the latency is the emulator's, not a Pi's);
+- "qemu": an aarch64 package on this x86 machine, under qemu-aarch64 with the target's CPU model: the aarch64
+  guest Python (tools/build_qemu_plugins.sh --guest-python) runs eval_batch.py, or without it one edge-runner
+  per image (slow: use --limit); either way the latency is the emulator's, not a Pi's;
 - "device": on a fleet device over SSH, where deploy installed the package: the inputs and eval_batch.py
   are uploaded to a scratch folder, run there in one process, and the scores pulled back.
 Scores are ranked here (stable: ties go to the lower class index, as argmax does).
@@ -157,6 +158,27 @@ def evaluate_package(package: Path, folder: ImageFolder, *, where: Where) -> Eva
 
 # ---- runners: (pkg, inputs, where, tmp) -> (scores (N, ...), latencies ms, where label, device name, emulated)
 
+def _run_batches(pkg, x: np.ndarray, where: Where, tmp: Path, *, python: list[str], bundle: Path, env: dict):
+    """eval_batch.py in one process per CHUNK inputs, started by `python` (a command prefix)."""
+    scores, lat = [], []
+    for i in range(0, len(x), CHUNK):
+        np.save(tmp / "inputs.npy", x[i:i + CHUNK], allow_pickle=False)
+        cmd = [*python, str(EVAL_BATCH), "--runtime", str(bundle), "--lib", str(pkg.member("model.so")),
+               "--params", str(pkg.member("params.bin")), "--inputs", str(tmp / "inputs.npy"),
+               "--out", str(tmp / "scores.npz"), "--threads", str(where.threads), "--warmup", "1" if i == 0 else "0"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=7200, check=False)
+        if proc.returncode != 0:
+            raise RuntimeFailure(f"{pkg.path}: eval_batch failed (exit {proc.returncode}): {proc.stderr.strip()[-1500:]}")
+        with np.load(tmp / "scores.npz") as f:
+            scores.append(f["scores"])
+            lat += f["latency_ms"].tolist()
+    return np.concatenate(scores), lat
+
+
+def _clean_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH")}
+
+
 def _run_host(pkg, x: np.ndarray, where: Where, tmp: Path):
     from edge_sdk.runtime.bundle import ensure_bundle
 
@@ -164,39 +186,49 @@ def _run_host(pkg, x: np.ndarray, where: Where, tmp: Path):
     if arch != platform.machine():
         raise UsageError(f"{pkg.path}: a {arch} package does not run natively on this {platform.machine()} "
                          f"machine (eval runs aarch64 packages under qemu, or give --device)")
-    bundle = ensure_bundle(arch)
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH")}
-    scores, lat = [], []
-    for i in range(0, len(x), CHUNK):
-        np.save(tmp / "inputs.npy", x[i:i + CHUNK], allow_pickle=False)
-        cmd = [sys.executable, str(EVAL_BATCH), "--runtime", str(bundle), "--lib", str(pkg.member("model.so")),
-               "--params", str(pkg.member("params.bin")), "--inputs", str(tmp / "inputs.npy"),
-               "--out", str(tmp / "scores.npz"), "--threads", str(where.threads), "--warmup", "1" if i == 0 else "0"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600, check=False)
-        if proc.returncode != 0:
-            raise RuntimeFailure(f"{pkg.path}: eval_batch failed (exit {proc.returncode}): {proc.stderr.strip()[-1500:]}")
-        with np.load(tmp / "scores.npz") as f:
-            scores.append(f["scores"])
-            lat += f["latency_ms"].tolist()
-    return np.concatenate(scores), lat, f"host ({platform.machine()}, native)", platform.node(), False
+    scores, lat = _run_batches(pkg, x, where, tmp, python=[sys.executable], bundle=ensure_bundle(arch),
+                               env=_clean_env())
+    return scores, lat, f"host ({platform.machine()}, native)", platform.node(), False
+
+
+def _guest_python() -> Path | None:
+    """The aarch64 guest Python (with numpy) that tools/build_qemu_plugins.sh --guest-python unpacks, if built."""
+    from edge_sdk.bench.emulate import guest_python_dir
+    from edge_sdk.errors import MissingDependency
+
+    try:
+        return guest_python_dir()
+    except MissingDependency:
+        return None
 
 
 def _run_qemu(pkg, x: np.ndarray, where: Where, tmp: Path):
-    from edge_sdk.runtime.execute import LocalRun, run_compiled
+    """Under qemu-aarch64 with the target's CPU: the guest Python runs eval_batch.py once per CHUNK inputs
+    when it is built, else one edge-runner per image (slow)."""
+    from edge_sdk.runtime.bundle import ensure_bundle
+    from edge_sdk.runtime.execute import LocalRun, run_compiled, runner_command
     from edge_sdk.targets import get_target
 
     m = pkg.manifest
     arch = m["target"]["arch"]
     if arch == platform.machine():
         return _run_host(pkg, x, where, tmp)
-    cpu = get_target(m["target"]["name"]).emulate_cpu
+    cpu = get_target(m["target"]["name"]).qemu_cpu()
+    label, device = f"qemu ({cpu}, emulated)", f"qemu-{cpu}"
+    guest = _guest_python()
+    if guest is not None:
+        qemu = runner_command(ensure_bundle(arch), arch=arch, emulate_cpu=cpu)[0][0]
+        python = [qemu, "-cpu", cpu, "-L", str(guest), "-E", f"PYTHONPATH={guest / 'site'}",
+                  str(guest / "usr" / "bin" / "python3.11")]
+        scores, lat = _run_batches(pkg, x, where, tmp, python=python, bundle=ensure_bundle(arch), env=_clean_env())
+        return scores, lat, label, device, True
     scores, lat = [], []
     for xi in x:
         r = run_compiled(lib=pkg.member("model.so"), params=pkg.member("params.bin"), input=xi, arch=arch,
                          emulate_cpu=cpu, how=LocalRun(threads=where.threads, warmup=0, repeat=1))
         scores.append(r.output)
         lat.append(r.latencies_ms[0])
-    return np.stack(scores), lat, f"qemu ({cpu}, emulated)", f"qemu-{cpu}", True
+    return np.stack(scores), lat, label, device, True
 
 
 def _run_device(pkg, x: np.ndarray, where: Where, tmp: Path):
