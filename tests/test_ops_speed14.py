@@ -281,3 +281,35 @@ def test_fused_graph_on_pi3_under_qemu_matches_numpy_reference(name):
                            how=LocalRun(warmup=0, repeat=1))
     assert res.emulated
     close(res.output, np.asarray(evaluate(mod, x)))
+
+
+def nchw_hswish_net():
+    """An ONNX-shaped NCHW graph: conv, Hardswish (x * clip(x + 3, 0, 6) / 6), conv, ReLU6 as Clip, conv."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("input", relax.TensorType((1, 5, 11, 9), "float32"))
+    w1, w2, w3 = rand(12, 5, 3, 3, scale=0.3), rand(7, 12, 1, 1, scale=0.3), rand(3, 7, 1, 1, scale=0.3)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(x, relax.const(w1), strides=2, padding=1))
+            c = bb.emit(relax.op.clip(bb.emit(relax.op.add(y, relax.const(np.float32(3.0)))), 0, 6))
+            y = bb.emit(relax.op.multiply(y, bb.emit(relax.op.divide(c, relax.const(np.float32(6.0))))))
+            y = bb.emit(relax.op.clip(bb.emit(relax.op.nn.conv2d(y, relax.const(w2))), 0, 6))
+            gv = bb.emit_output(bb.emit(relax.op.nn.conv2d(y, relax.const(w3))))
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+def test_nchw_activations_lose_their_transposes_and_fold(host):
+    left = leftover_ops(nchw_hswish_net(), host)
+    assert "relax.clip" not in left and "relax.multiply" not in left, left
+    assert left.count("relax.permute_dims") == 2, left  # the input's and the output's only
+
+
+@pytest.mark.slow
+def test_nchw_graph_matches_numpy_reference(host):
+    mod = nchw_hswish_net()
+    x = RNG.uniform(-1, 1, (1, 5, 11, 9)).astype("float32")
+    ex, params = lower.compile_relax(mod, host)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x), *[tvm.runtime.tensor(params[k]) for k in sorted(params)]).numpy()
+    close(out, np.asarray(evaluate(mod, x)))

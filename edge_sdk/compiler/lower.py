@@ -4,7 +4,8 @@
 
 Steps (each one a Relax pass over "main"):
 1. prepare: drop the importer's "params" attribute, decompose batch norm into elementwise ops,
-   convert convs/pools to NHWC (ONNX graphs arrive NCHW), fold constants.
+   convert convs/pools to NHWC (ONNX graphs arrive NCHW; ops/permute_fold.py drops the transpose
+   pairs left around clip), fold constants.
 2. KernelRewriter (ops/fuse.py): conv2d / depthwise / dense (+ folded BN, bias, residual, ReLU/clip,
    and a preceding ZeroPadding2D) and pools become call_tir to PrimFuncs we scheduled
    (ops/conv2d.py, depthwise.py, pool.py); weights are folded and pre-packed at compile time.
@@ -51,7 +52,12 @@ def prepare(mod: tvm.IRModule) -> tvm.IRModule:
         relax.transform.CanonicalizeBindings(),
         relax.transform.DeadCodeElimination(["main"]),
     ])
-    return seq(mod)
+    mod = seq(mod)
+    if nchw:  # ConvertLayout leaves transposes around ops without a layout rule (clip)
+        from edge_sdk.compiler.ops.permute_fold import fold_permutes
+
+        mod = fold_permutes(mod)
+    return mod
 
 
 def rewrite_kernels(mod: tvm.IRModule, target: tvm.target.Target, *,
