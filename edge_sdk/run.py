@@ -1,8 +1,9 @@
 """run_package: open a verified package and run it with the runtime bundle.
 
 A package whose target architecture is the host's runs natively; an aarch64 package on an x86 host runs
-under qemu-aarch64 with the target's CPU model (real aarch64 code, emulated: the latency is not a Pi's).
-Every run also checks the package's golden pair.
+under qemu-aarch64 with the target's CPU model (real aarch64 code, emulated: the latency is not a Pi's)
+and, beside that QEMU wall time, gets the modelled Pi time of one inference (edge_sdk/timing through
+edge_sdk/modelled.py, cached per package). Every run also checks the package's golden pair.
 """
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ class RunResult:
     top_k: list[tuple[int, str | None, float]]
     output: np.ndarray = field(repr=False)
     layer_profile: object | None = field(default=None, repr=False)  # runtime.profile.LayerProfile (profile=True)
-    peak_gflops: float | None = None  # the target's, for the profile table
+    peak_gflops: float | None = None  # of the cores the run's threads use, for the profile table
+    modelled: dict | None = None  # emulated runs: the A53 timing model's figures (modelled_ms, ...)
+    model_note: str = ""  # why an emulated run has no modelled figure
 
     @property
     def median_ms(self) -> float:
@@ -48,6 +51,12 @@ class RunResult:
             "load_ms": self.load_ms,
             "golden": {"ok": self.golden_ok, "max_abs_err": self.golden_max_abs_err},
             "top_k": [{"class": c, "label": lbl, "score": s} for c, lbl, s in self.top_k],
+            **({} if not self.modelled else {
+                "modelled_ms": self.modelled["modelled_ms"], "modelled_cycles": self.modelled["modelled_cycles"],
+                "model_version": self.modelled.get("model_version"),
+                "modelled": {k: self.modelled[k] for k in ("target", "clock_ghz", "threads", "cycles_split")
+                             if k in self.modelled} | {"what": "modelled Pi time (edge_sdk.timing), not a measurement"},
+                "latency_is": "QEMU wall time (emulator speed, not a Pi)"}),
             **({} if self.layer_profile is None else {
                 "per_layer_ms": self.layer_profile.per_layer_ms(),
                 "profile": {"median_run_ms": self.layer_profile.run_ms, "other_ms": self.layer_profile.other_ms,
@@ -57,8 +66,14 @@ class RunResult:
     def __str__(self) -> str:
         where = "under qemu (emulated: not a Pi's latency)" if self.emulated else "natively"
         top = ", ".join(f"{lbl or c}: {s:.3f}" for c, lbl, s in self.top_k)
-        return (f"{self.model} {self.variant} for {self.target}, run {where}, {self.threads} thread(s): "
-                f"median {self.median_ms:.2f} ms over {len(self.latencies_ms)} runs; "
+        wall = "QEMU wall time (emulator speed, not a Pi) " if self.emulated else ""
+        from edge_sdk.modelled import modelled_label
+
+        pi = "" if not self.emulated else (
+            f"{modelled_label(self.target)} {self.modelled['modelled_ms']:.2f} (A53 timing model, not a measurement); "
+            if self.modelled else f"no modelled Pi time ({self.model_note}); " if self.model_note else "")
+        return (f"{self.model} {self.variant} for {self.target}, run {where}, {self.threads} thread(s): {pi}"
+                f"{wall}median {self.median_ms:.2f} ms over {len(self.latencies_ms)} runs; "
                 f"golden check {'ok' if self.golden_ok else 'FAILED'} (max abs err {self.golden_max_abs_err:.2e}); "
                 f"top-{len(self.top_k)}: {top}"
                 + ("" if self.layer_profile is None else "\n" + format_table(
@@ -119,9 +134,21 @@ def golden_check(pkg: Package, out: np.ndarray) -> tuple[bool, float]:
     return bool(np.allclose(out, want, rtol=g["rtol"], atol=g["atol"])), err
 
 
+def _modelled(path: Path, threads: int) -> tuple[dict | None, str]:
+    """(the timing model's figures of an emulated package, or None and why)."""
+    from edge_sdk.errors import EdgeError
+    from edge_sdk.modelled import modelled_package
+
+    try:
+        return modelled_package(path, threads=threads)[0], ""
+    except EdgeError as e:
+        return None, f"{type(e).__name__}: {str(e).strip()[:200]}"
+
+
 def run_package(path: Path, *, input_path: Path | None = None, threads: int = 1, repeat: int = 10,
-                warmup: int = 1, k: int = 5, profile: bool = False) -> RunResult:
-    """Run a package here; `profile` adds per-layer times (conv vs glue) from `repeat` more timed-hook runs."""
+                warmup: int = 1, k: int = 5, profile: bool = False, model: bool = True) -> RunResult:
+    """Run a package here; `profile` adds per-layer times (conv vs glue) from `repeat` more timed-hook runs;
+    `model` (emulated runs): also the modelled Pi time of one inference."""
     from edge_sdk.runtime.execute import LocalRun, run_compiled
 
     with tempfile.TemporaryDirectory(prefix="edgepkg-run-") as tmp:
@@ -145,9 +172,12 @@ def run_package(path: Path, *, input_path: Path | None = None, threads: int = 1,
         ok, err = golden_check(pkg, gold.output)
         if not np.isfinite(res.output).all():
             raise RuntimeFailure(f"{path}: the model produced non-finite outputs")
+        modelled, note = _modelled(path, threads) if emulate and model else (None, "")
+        t, cores = m["target"], m["target"].get("cores") or 1
+        peak = t["peak_gflops"] * min(threads, cores) / cores if t.get("peak_gflops") else None  # the threads' cores
         return RunResult(package=str(path), model=m["model"]["name"], variant=m["variant"],
                          target=m["target"]["name"], emulated=emulate is not None, threads=threads,
                          latencies_ms=list(res.latencies_ms), load_ms=res.load_ms, golden_ok=ok,
                          golden_max_abs_err=err, top_k=top_k(res.output, m.get("labels"), k), output=res.output,
                          layer_profile=layer_times(m["layers"], res.profile) if profile else None,
-                         peak_gflops=m["target"].get("peak_gflops"))
+                         peak_gflops=peak, modelled=modelled, model_note=note)

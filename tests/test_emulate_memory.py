@@ -153,7 +153,9 @@ def test_misses_follow_memory_traffic_and_repeat(tmp_path):
 @pytest.mark.qemu
 @pytest.mark.slow
 def test_bench_memory_rows_are_deterministic_and_stored(tmp_path, monkeypatch, capsys):
-    """--emulate pi3 --memory on a tiny model: two runs give the same misses; table, JSON and store show them."""
+    """--emulate pi3 --memory on a tiny model: two runs give the same misses and the same modelled cycles; the
+    table shows modelled ms first (the A53 timing model), the JSON carries modelled_cycles / modelled_ms, and
+    the store keeps the modelled time (its modelled columns too)."""
     _need_qemu()
     try:
         E.plugin_dir(memory=True)
@@ -173,16 +175,22 @@ def test_bench_memory_rows_are_deterministic_and_stored(tmp_path, monkeypatch, c
     assert 0 < m["l2_misses"] <= m["l1d_misses"] + m["l1i_misses"] and m["dram_bytes"] == 64 * m["l2_misses"]
     assert m["cycles"] > first.instructions / m["model"]["ipc"] and m["bound"] in ("compute", "memory")
     assert runs[0].to_json()["rows"][0]["memory"]["l2_misses"] == m["l2_misses"]
+    js = runs[0].to_json()["rows"][0]
+    assert js["modelled_cycles"] == second.modelled_cycles > first.instructions / 2  # deterministic, <= 2 IPC
+    assert js["modelled_ms"] == pytest.approx(js["modelled_cycles"] / 1.2e6)  # pi3: 1.2 GHz
+    assert js["misses"]["l2_misses"] > 0 and js["timing"]["target"] == "pi3"
 
     con = Console(record=True, width=250)
     render(runs[0], console=con)
     text = con.export_text()
     assert "L2 miss M" in text and "modelled A53 cycles" in text and m["bound"] in text
+    assert "modelled ms" in text and f"{first.modelled_ms:.2f}" in text and "not a measurement" in text
 
     db = tmp_path / "results.sqlite"
     assert record(runs[0], db=db)["written"] == 1
     with ResultsStore(db) as store:
         (row,) = store.query(model="mobilenet_v1")
-    assert row["emulated"] is True and "A53 model" in row["device"]
-    assert row["latency_median_ms"] == pytest.approx(m["ms_at_clock"])
+    assert row["emulated"] is True and "A53 timing model" in row["device"]
+    assert row["latency_median_ms"] == pytest.approx(first.modelled_ms) == row["modelled_ms"]
+    assert row["modelled_cycles"] == pytest.approx(first.modelled_cycles) and row["model_version"].startswith("a53-")
     assert row["extra"]["memory"]["l2_misses"] == m["l2_misses"] and row["extra"]["instructions"] == first.instructions

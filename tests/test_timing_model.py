@@ -73,3 +73,18 @@ def test_same_model_twice(pi3_package, profile):
     again = api.model_package(pi3_package)
     assert again["modelled_cycles"] == m["modelled_cycles"]
     assert again["instructions_counted"] == m["instructions"]
+
+
+@pytest.mark.qemu
+def test_run_reports_modelled_pi_ms_next_to_qemu_wall_time(pi3_package):
+    from edge_sdk.run import run_package
+
+    res = run_package(pi3_package, repeat=1, threads=1)
+    js = res.to_json()
+    assert js["emulated"] and js["modelled_ms"] > 0 and js["modelled_cycles"] > 0
+    assert js["model_version"].startswith("a53-") and "QEMU wall time" in js["latency_is"]
+    text = str(res)
+    assert "modelled Pi 3 ms" in text and "QEMU wall time (emulator speed, not a Pi)" in text
+    # the roofline's peak is that of the cores the run's threads use: one of the Pi 3's four
+    assert res.peak_gflops == pytest.approx(4 * 1.2 * 8 / 4)
+    assert "modelled_ms" not in run_package(pi3_package, repeat=1, model=False).to_json()

@@ -87,6 +87,7 @@ def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup:
             c = count_runner(lib=lib, params=params, input=x, cpu=emulate_cpu, caches=caches)
             row.instructions, row.counts, out, row.manifest = c.per_inference, c.counts, c.output, m
             row.memory = memory_row(c, target=get_target(m["target"]["name"]))
+            row.set_modelled(c.modelled)  # the A53 timing model's figures (timing_session in run_bench)
         else:
             res = run_compiled(lib=lib, params=params, input=x, arch=m["target"]["arch"], emulate_cpu=_qemu_cpu(m),
                                how=LocalRun(threads=row.threads, warmup=warmup, repeat=repeat, min_time_ms=min_time_ms))
@@ -299,16 +300,26 @@ def run_bench(model, *, progress: Callable[[str], None] | None = None, **options
     setup = _setup(opts)
     say = progress or (lambda _m: None)
     rows, built = compile_all(model, opts.variants, setup.target, threads=opts.threads, seed=opts.seed, say=say)
-    timed, inputs = _time_ours(built, opts, setup, say)
-    rows = _in_variant_order(rows + timed, opts.variants)
-    key = peers_mod.peer_key(model)
-    _peers_and_rounds(rows, key, inputs, opts, setup, say)
+    with _modelled(setup):  # under --emulate every counted row also gets the A53 timing model's figures
+        timed, inputs = _time_ours(built, opts, setup, say)
+        rows = _in_variant_order(rows + timed, opts.variants)
+        key = peers_mod.peer_key(model)
+        _peers_and_rounds(rows, key, inputs, opts, setup, say)
     finish_latencies(rows)
     ratios(rows)
     return BenchResult(model={"name": model.name, "source": model.source, "options": model.options, "peer_key": key},
                        target=setup.target.name, mode="instructions" if opts.emulate else "latency",
                        emulate_cpu=setup.emulate_cpu, options=opts.to_json(rounds=setup.rounds),
                        system=system_info(), rows=rows)
+
+
+def _modelled(setup: _Setup):
+    """Under --emulate: a timing session at the target (edge_sdk/timing/session.py), else nothing."""
+    import contextlib
+
+    from edge_sdk.bench import emulate as E
+
+    return E.timing_session(target=setup.target) if setup.emulate_cpu else contextlib.nullcontext()
 
 
 def _in_variant_order(rows: list[BenchRow], names: Sequence[str]) -> list[BenchRow]:

@@ -258,6 +258,7 @@ def _measure(row, key: str, peer: Peer, run: PeerRun, origin: str | None) -> Non
         if run.emulate_cpu:
             c = count_peer(key, peer, cpu=run.emulate_cpu, threads=t)
             row.instructions, row.counts = c.per_inference, c.counts
+            row.set_modelled(c.modelled)  # with bench's timing session: the A53 timing model's figures
             row.detail = origin or ""
         else:
             js = time_peer(key, peer, threads=t, warmup=run.warmup, repeat=run.repeat,

@@ -26,7 +26,11 @@ class BenchRow:
     repeats: int = 0
     instructions: float | None = None  # per inference, under --emulate
     counts: dict | None = None  # raw qemu counts per K
-    memory: dict | None = None  # under --emulate --memory: misses, DRAM bytes, modelled cycles (emulate.py)
+    memory: dict | None = None  # under --emulate --memory: cache.c misses, DRAM bytes, proxy cycles (emulate.py)
+    modelled_cycles: float | None = None  # under --emulate: the A53 timing model's cycles per inference (edge_sdk/timing)
+    modelled_ms: float | None = None  # ... at the target's clock: modelled Pi time, not a measurement
+    misses: dict | None = None  # under --emulate: L1D/L1I/L2 misses, mispredicts, DRAM bytes per inference (the model's)
+    timing: dict | None = None  # the model's cycle split, costliest functions, target and version
     golden: dict | None = None
     package: str | None = None
     cached: bool | None = None
@@ -42,9 +46,21 @@ class BenchRow:
         return self.engine == "edge-sdk"
 
     def metric(self) -> float | None:
+        """The row's figure for ratios: modelled ms under --emulate (instructions where no model ran), else
+        the median latency."""
         if self.status != OK:
             return None
+        if self.modelled_ms is not None:
+            return self.modelled_ms
         return self.instructions if self.instructions is not None else (self.latency_ms or {}).get("median")
+
+    def set_modelled(self, fig: dict | None) -> None:
+        """Copy the timing model's figures (emulate.Count.modelled) into the row."""
+        if not fig:
+            return
+        self.modelled_cycles, self.modelled_ms = fig["modelled_cycles"], fig["modelled_ms"]
+        self.misses = dict(fig["misses"]) | {"dram_bytes": fig["dram_bytes"]}
+        self.timing = {k: fig[k] for k in ("cycles_split", "functions", "target", "clock_ghz", "threads") if k in fig}
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -94,18 +110,22 @@ def ratios(rows: list[BenchRow]) -> None:
     peer family its variant row compares with (variants.py: w1a1 with binary peers (LCE), then float)."""
     from edge_sdk.variants import BASELINE, VARIANTS
 
+    def alike(a, b):  # modelled ms with modelled ms, instructions with instructions
+        return (a.modelled_ms is None) == (b.modelled_ms is None)
+
     for r in rows:
         m = r.metric()
         if m is None:
             continue
-        base = [x.metric() for x in rows if x.ours and x.variant == BASELINE and x.threads == r.threads]
+        base = [x.metric() for x in rows if x.ours and x.variant == BASELINE and x.threads == r.threads and alike(x, r)]
         if base and base[0]:
             r.speedup_vs_float32 = base[0] / m
         if not r.ours:
             continue
         v = VARIANTS.get(r.variant)
         for fam in v.peer_families if v else ():
-            peers = [p for p in rows if not p.ours and p.family == fam and p.threads == r.threads and p.metric()]
+            peers = [p for p in rows if not p.ours and p.family == fam and p.threads == r.threads and p.metric()
+                     and alike(p, r)]
             if peers:
                 best = min(peers, key=lambda p: p.metric())
                 r.vs_best_peer, r.best_peer = m / best.metric(), f"{best.engine} {best.variant}"

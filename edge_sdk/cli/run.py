@@ -21,6 +21,8 @@ def add_run_parser(sub) -> None:
     p.add_argument("--threads", type=int, default=1, help="runtime threads (default 1)")
     p.add_argument("--top", type=int, default=5, help="how many classes to report")
     p.add_argument("--profile", action="store_true", help="also time each layer (conv vs glue; per_layer_ms in --json)")
+    p.add_argument("--no-model", action="store_true", help="a package run under qemu: skip its modelled Pi time "
+                   "(the A53 timing model, modelled_ms in --json; cached per package)")
     p.add_argument("--json", action="store_true")
     add_device_options(p, device_help="run on this device of --fleet (the package must be deployed there)")
     p.set_defaults(drive=drive_run)
@@ -36,7 +38,7 @@ def drive_run(args) -> int:
     if args.repeat < 1 or args.threads < 1 or args.warmup < 0:
         raise UsageError("--repeat and --threads must be >= 1, --warmup >= 0")
     res = run_package(args.package, input_path=args.input, threads=args.threads, repeat=args.repeat,
-                      warmup=args.warmup, k=args.top, profile=args.profile)
+                      warmup=args.warmup, k=args.top, profile=args.profile, model=not args.no_model)
     if args.save_output:
         import numpy as np
 

@@ -1,12 +1,15 @@
 """The timing model against ncnn's published Raspberry Pi 3B+ benchncnn figures: fit and held-out table.
 
 Profiles: one PerInference per (param, threads), counted as benchncnn runs the param
-(bench/emulate.count_ncnn in a timing_session; tools: `python -m edge_sdk.timing.calibrate collect`).
+(bench/emulate.count_ncnn in a timing_session: `collect`), trimmed to the blocks that carry 99.9 % of
+the modelled cycles, so the committed ones (tests/data/timing/ncnn) stay small.
 Only dram (a53.FITTED: no source gives it) is fitted, and only on MobileNetV1 and ResNet18 float32
 with one thread (FIT_ROWS); every other row is held out.
 
     python -m edge_sdk.timing.calibrate table tests/data/timing/ncnn     # the table, default constants
     python -m edge_sdk.timing.calibrate fit tests/data/timing/ncnn       # refit dram
+    python -m edge_sdk.timing.calibrate collect DIR [--params A,B] [--threads 1,4]   # profile under qemu
+                                                       # (the params of ../shared/anchors/ncnn; hours)
 """
 from __future__ import annotations
 
@@ -95,6 +98,38 @@ def fit(profiles: dict, c: A53 = DEFAULT) -> A53:
     return dataclasses.replace(c, dram=round(float(best), 1))
 
 
+def trim(pi: PerInference, keep: float = 0.999, c: A53 = DEFAULT) -> PerInference:
+    """The blocks that carry `keep` of the modelled cycles (all threads; none of the parallel runtime's,
+    which the model leaves out of the threads' work)."""
+    n_threads = int(pi.meta.get("threads", 1))
+    priced = _Priced(pi, n_threads, c)
+    core_line = max(64 / (MEM_GBPS / CLOCK_GHZ), c.dram / c.line_fills_in_flight)
+    per_block = sum(thread_terms(cnt, priced.bc, c, priced.work, core_line)["per_block"] for cnt in pi.counts.values())
+    order = np.argsort(-per_block)
+    csum = np.cumsum(per_block[order])
+    want = np.zeros(len(pi.blocks), dtype=bool)
+    want[order[: int(np.searchsorted(csum, keep * csum[-1])) + 1]] = True
+    return pi.subset(want)
+
+
+def collect(out: Path, params: list[str], threads: list[int], anchors: Path) -> None:
+    """Profile each (param, threads) as benchncnn runs it, into out/<param>-t<threads>.json.gz (trimmed)."""
+    from edge_sdk.bench import emulate as E
+
+    out.mkdir(parents=True, exist_ok=True)
+    for t in threads:
+        for name in params:
+            dst = out / f"{name}-t{t}.json.gz"
+            if dst.exists():
+                continue
+            with E.timing_session() as seen:
+                c = E.count_ncnn(anchors / f"{name}.param", t)
+            pi = seen[str(anchors / f"{name}.param")]
+            pi.meta |= {"name": name, "instructions_libinsn": c.per_inference,
+                        "source": "bench/emulate.count_ncnn (benchncnn's options, zero weights), qemu 7.2"}
+            trim(pi).save(dst)
+
+
 def markdown(rows: list[dict]) -> str:
     lines = ["| row | threads | published ms (Pi 3B+) | modelled ms | error | |", "|---|---:|---:|---:|---:|---|"]
     for r in rows:
@@ -105,9 +140,15 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("table", "fit"))
+    ap.add_argument("what", choices=("table", "fit", "collect"))
     ap.add_argument("folder", type=Path)
+    ap.add_argument("--params", default=",".join(PUBLISHED), help="collect: comma-separated param names")
+    ap.add_argument("--threads", default="1,4", help="collect: comma-separated thread counts")
+    ap.add_argument("--anchors", type=Path, default=Path(__file__).resolve().parents[3] / "shared/anchors/ncnn")
     args = ap.parse_args(argv)
+    if args.what == "collect":
+        collect(args.folder, args.params.split(","), [int(t) for t in args.threads.split(",")], args.anchors)
+        return 0
     profiles = load_profiles(args.folder)
     c = fit(profiles) if args.what == "fit" else DEFAULT
     if args.what == "fit":

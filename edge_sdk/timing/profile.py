@@ -120,8 +120,10 @@ class PerInference:
         remap = np.full(len(self.blocks), -1, dtype=np.int64)
         remap[idx] = np.arange(len(idx))
         pred = np.where(self.pred[idx] >= 0, remap[np.maximum(self.pred[idx], 0)], -1)
-        return PerInference([self.blocks[i] for i in idx], {v: c[idx] for v, c in self.counts.items()}, pred,
-                            self.maps, self.epochs, dict(self.meta))
+        blocks = [self.blocks[i] for i in idx]
+        maps = [m for m in self.maps if any(m.lo <= b[0] < m.hi for b in blocks)]  # the files of kept blocks
+        return PerInference(blocks, {v: c[idx] for v, c in self.counts.items()}, pred, maps, self.epochs,
+                            dict(self.meta))
 
     def save(self, path: Path) -> None:
         tmp = path.with_name(path.name + ".tmp")
