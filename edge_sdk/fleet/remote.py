@@ -21,7 +21,7 @@ import numpy as np
 from edge_sdk._suggest import did_you_mean
 from edge_sdk.errors import DeviceError, UsageError
 from edge_sdk.fleet.config import Device
-from edge_sdk.fleet.deploy import LocalPackage, check_golden_on_device
+from edge_sdk.fleet.deploy import LocalPackage, check_golden_on_device, verify_on_device
 from edge_sdk.fleet.device_lock import device_lock
 from edge_sdk.fleet.paths import CURRENT_RUNTIME, MODELS, RUNNER, model_dir
 from edge_sdk.fleet.ssh import Connection
@@ -150,6 +150,7 @@ def rollback(device: Device, model: str, *, known_hosts=None,
         if r.exit_code != 0 or set(check.members) != set(MEMBERS):
             raise DeviceError(f"device {device}: {model} previous version {prev[:12]} fails its sha256 check; "
                               f"not rolling back: {r.stdout.strip()[-300:]}")
+        verify_on_device(conn, target, check, runtime=CURRENT_RUNTIME)  # signed by a trusted key, as at deploy
         golden = check_golden_on_device(conn, target, check, runtime=CURRENT_RUNTIME)
         script = r"""set -e
 cd "$1"

@@ -258,3 +258,26 @@ def test_a_silent_holder_lets_go_of_the_lock(fleet, monkeypatch):
         second.close()
         holder.close()
     assert waited < 25  # let go after the silence, long before the 30 s wait ran out
+
+
+def test_rollback_refuses_a_previous_version_changed_on_the_device(fleet, v1, v2):
+    """Other weights and recomputed sums in the previous install: its signature no longer matches, so the
+    device refuses to roll back to it (checked by the bundle's verifier, as before a deploy's switch)."""
+    from edge_sdk.fleet.remote import rollback
+
+    loops, devices, kh = fleet
+    dev = devices[0]
+    loop = loops[dev.name]
+    assert D.deploy([dev], [v1], known_hosts=kh).all_ok and D.deploy([dev], [v2], known_hosts=kh).all_ok
+    prev = root(loop) / "models" / v1.name / v1.sha256
+    params = bytearray((prev / "params.bin").read_bytes())
+    params[-64:] = bytes(64)
+    (prev / "params.bin").unlink()  # a new file: the hard-linked copies elsewhere keep the real one
+    (prev / "params.bin").write_bytes(bytes(params))
+    m = json.loads((prev / "manifest.json").read_text())
+    m["members"]["params.bin"] = {"sha256": hashlib.sha256(params).hexdigest(), "size": len(params)}
+    (prev / "manifest.json").unlink()
+    (prev / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True))
+    with pytest.raises(D.DeviceError, match="refused: tampered"):
+        rollback(dev, v1.name, known_hosts=kh)
+    assert assert_current_runs(loop, [v1, v2]) == v2.sha256
