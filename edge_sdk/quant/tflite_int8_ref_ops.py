@@ -73,7 +73,8 @@ def split_spec(g: Int8Graph, op: Op) -> tuple[int, list[int]]:
                                 size_splits=g.tensors[op.inputs[1]].data)
 
 
-def _binary(g: Int8Graph, op: Op, a, b):
+def binary(g: Int8Graph, op: Op, a, b):
+    """ADD/SUB/MUL/PRELU/MAXIMUM/MINIMUM of two int8 arrays (numpy broadcasting), as the op's kernel."""
     k = op.kind
     if k == "ADD":
         return q8.add(a, b, add_params(g, op), op_act(g, op))
@@ -91,7 +92,7 @@ def eval_more(g: Int8Graph, op: Op, env: dict):
     k, o = op.kind, op.opts
     t_out = g.tensors[op.outputs[0]]
     if k in ("ADD", "SUB", "MUL", "PRELU", "MAXIMUM", "MINIMUM"):
-        return _binary(g, op, operand(g, env, op.inputs[0]), operand(g, env, op.inputs[1]))
+        return binary(g, op, operand(g, env, op.inputs[0]), operand(g, env, op.inputs[1]))
     table = unary_table(g, op)
     if table is not None:
         return qp.lookup(env[op.inputs[0]], table)

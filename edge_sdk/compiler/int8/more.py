@@ -21,7 +21,7 @@ from edge_sdk.compiler.int8 import fixedpoint as fp
 from edge_sdk.compiler.int8.glue import _done, logistic as table_kernel
 from edge_sdk.compiler.int8.kernels import Kernel
 from edge_sdk.models.tflite_int8 import Int8Graph, Op
-from edge_sdk.quant import int8_layout as ql
+from edge_sdk.quant import int8_layout as ql, int8_pointwise as qp
 from edge_sdk.quant import tflite_int8_ref_ops as ref
 
 BINARY = ("ADD", "SUB", "MUL", "PRELU", "MAXIMUM", "MINIMUM")
@@ -98,6 +98,39 @@ def binary(g: Int8Graph, op: Op, *, name: str) -> Kernel:
     act = ref.op_act(g, op)
     out = te.compute(out_shape, lambda *i: _binary_value(op.kind, fa(i), fb(i), c, zs, act), name="out")
     return _done([a, b, c, out], name, [row], out_shape)
+
+
+def _const_table(g: Int8Graph, op: Op):
+    """(tensor operand position, table (n, 256)) when one operand is a constant of n <= 1024 broadcast
+    positions and the other has the output's shape: out = table[position of the constant, q + 128], the
+    numpy reference applied to every (constant, int8 value) pair -- exact, and one load per element."""
+    ts = [g.tensors[i] for i in op.inputs[:2]]
+    out_shape = tuple(g.tensors[op.outputs[0]].shape)
+    for pos in (0, 1):
+        x, c = ts[pos], ts[1 - pos]
+        if c.data is None or x.data is not None or tuple(x.shape) != out_shape or c.data.size > 1024:
+            continue
+        col = np.asarray(c.data, np.int8).reshape(-1, 1)
+        row = qp.ALL_INT8.astype(np.int8).reshape(1, -1)
+        table = ref.binary(g, op, *((row, col) if pos == 0 else (col, row)))
+        return pos, np.ascontiguousarray(table, np.int8)
+    return None
+
+
+def const_binary(g: Int8Graph, op: Op, pos: int, table: np.ndarray, *, name: str) -> Kernel:
+    """A binary op with a constant operand as a lookup in its (constant position, value) table."""
+    out_shape = tuple(g.tensors[op.outputs[0]].shape)
+    c_shape = _shape(g, op.inputs[1 - pos])
+    pad = (1,) * (len(out_shape) - len(c_shape)) + tuple(c_shape)
+    strides = [int(np.prod(pad[d + 1:])) for d in range(len(pad))]
+    x = te.placeholder(out_shape, "int8", name="x")
+    t = te.placeholder(table.shape, "int8", name="table")
+
+    def f(*i):
+        j = sum((i[d] * strides[d] for d in range(len(pad)) if pad[d] != 1), tirx.const(0, "int32"))
+        return t[j, x(*i).astype("int32") + 128]
+
+    return _done([x, t, te.compute(out_shape, f, name="out")], name, [table], out_shape)
 
 
 def resize(g: Int8Graph, op: Op, *, name: str) -> Kernel:
@@ -178,6 +211,10 @@ def emit(bb, g: Int8Graph, op: Op, env: dict, *, name: str):
         ins = [g.tensors[i] for i in op.inputs[:2]]
         if k == "ADD" and ins[0].shape == ins[1].shape and all(t.data is None for t in ins):
             return None  # glue.add, as before
+        tab = _const_table(g, op)
+        if tab is not None:
+            kern = const_binary(g, op, tab[0], tab[1], name=name)
+            return [_call(bb, kern, [env[op.inputs[tab[0]]]], name)]
         return [_call(bb, binary(g, op, name=name), [_arg(g, env, i) for i in op.inputs[:2]], name)]
     if k in UNARY:
         k_ = table_kernel(g.tensors[op.inputs[0]].shape, ref.unary_table(g, op), name=name)
