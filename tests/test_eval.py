@@ -242,3 +242,22 @@ def test_the_device_half_imports_only_numpy_the_stdlib_and_the_bundle():
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert names <= {"__future__", "argparse", "json", "os", "sys", "time", "pathlib", "numpy", "edge_sdk_runtime",
                      "tvm_ffi"}, names
+
+
+def test_an_emulated_eval_run_is_placed_at_its_modelled_pi_ms(tmp_path):
+    from edge_sdk.dashboard.page import chart_data
+    from edge_sdk.results.store import ResultsStore
+
+    manifest = {"model": {"name": "digits"}, "variant": "w1a2", "target": {"name": "pi3", "arch": "aarch64"},
+                "layers": []}
+    lat = {"median": 28.0, "min": 27.0, "max": 30.0, "p10": 27.5, "p90": 29.0}
+    run = {"model": "digits", "variant": "w1a2", "target": "pi3", "threads": 1, "repeats": 5, "emulated": True,
+           "latency_ms": lat}
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        store.record_run({**run, "modelled_ms": 0.68, "model_version": "a53-test"}, manifest, device="pi1",
+                         extra={"source": "eval", "accuracy": 0.96, "package_sha256": "b" * 64})
+        store.record_run(run, manifest, device="pi2", extra={"source": "eval", "accuracy": 0.95,
+                                                             "package_sha256": "b" * 64})
+        pts = {p["device"]: p for p in chart_data(store)["accuracy"]}
+    assert (pts["pi1"]["median_ms"], pts["pi1"]["ms_is"]) == (0.68, "modelled Pi ms")
+    assert pts["pi2"]["median_ms"] == 28.0 and pts["pi2"]["ms_is"].startswith("QEMU wall time")

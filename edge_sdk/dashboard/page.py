@@ -92,7 +92,10 @@ def _select_runs(store: ResultsStore) -> tuple[list[dict], list[dict], list[str]
 def _accuracy_points(evals: list[dict], runs: list[dict]) -> list[dict]:
     """The newest eval run per key, and other runs that recorded an accuracy where no eval did."""
     evaluated = {_key(r) for r in evals}
-    return [{**_run_key(r), "median_ms": r["latency_median_ms"], "accuracy": r["accuracy"],
+    # an emulated run is placed at its modelled Pi ms when it has one (the emulator's time is not a device's)
+    return [{**_run_key(r), "median_ms": r["modelled_ms"] if r["emulated"] and r.get("modelled_ms") else
+             r["latency_median_ms"], "ms_is": "modelled Pi ms" if r["emulated"] and r.get("modelled_ms") else
+             QEMU_WALL if r["emulated"] else "measured", "accuracy": r["accuracy"],
              "top5": r["extra"].get("top5"), "images": r["extra"].get("images"),
              "dataset": r["extra"].get("dataset"), "source": r["source"]}
             for r in [*evals, *(r for r in runs if _key(r) not in evaluated)] if r["accuracy"] is not None]

@@ -55,13 +55,13 @@ def compile_digits(target: str, *, folder: Path, say) -> list[Path]:
     return out
 
 
-def modelled_ms(package: Path, *, threads: int = 1) -> float | None:
-    """Modelled Pi ms of one inference (edge_sdk/modelled.py: the Cortex-A53 timing model, cached per package),
-    the figure the demo's latency rows show; None when the model cannot price it (no plugins, ...)."""
+def modelled_figures(package: Path, *, threads: int = 1) -> dict | None:
+    """Modelled Pi figures of one inference (edge_sdk/modelled.py: the Cortex-A53 timing model, cached per
+    package), what the demo's latency rows show; None when the model cannot price it (no plugins, ...)."""
     from edge_sdk.modelled import modelled_package
 
     try:
-        return float(modelled_package(package, threads=threads)[0]["modelled_ms"])
+        return modelled_package(package, threads=threads)[0]
     except EdgeError:
         return None
 
@@ -80,14 +80,15 @@ def accuracy_on_device(fleet, packages: list[Path], *, images: Path, limit: int 
     say(f"{device.name}: deployed the digits packages; running edge-sdk eval there on held-out digits")
     results = evaluate(packages, images=images, limit=limit, where=Where("device", device=device,
                        known_hosts=known_hosts, threads=threads), progress=say)
-    run_ids = record(results, db)
+    figs = {str(p): modelled_figures(Path(p), threads=threads) for p in packages} if modelled else {}
+    run_ids = record(results, db, modelled={k: v for k, v in figs.items() if v})
     rows = []
     for r, run_id in zip(results, run_ids):
+        fig = figs.get(r.package)
         rows.append({"device": r.device, "target": r.target, "variant": r.variant, "model": "digits resnet18",
                      "images": r.images, "top1": r.top1, "top5": r.top5, "top1_correct": r.top1_correct,
                      "device_ms": round(r.latency()["median"], 2), "emulated": r.emulated,
-                     "modelled_ms": modelled_ms(Path(r.package), threads=threads) if modelled else None,
-                     "run_id": run_id})
+                     "modelled_ms": float(fig["modelled_ms"]) if fig else None, "run_id": run_id})
         if rows[-1]["modelled_ms"] is not None:
             say(f"{r.variant}: {rows[-1]['modelled_ms']:.2f} modelled Pi 3 ms (edge_sdk/timing)")
     return rows
@@ -101,8 +102,10 @@ def print_accuracy_table(rows: list[dict], console) -> None:
     emulated = any(r["emulated"] for r in rows)
     t = Table(title=f"digits ResNet18 (trained; alpha 0.25, 32x32): edge-sdk eval on {rows[0]['device']} over SSH, "
                     f"{rows[0]['images']} held-out digits")
+    from edge_sdk.modelled import QEMU_WALL
+
     for col in ("device", "target", "variant", "images", "top-1", "top-5", "modelled Pi 3 ms",
-                "device ms" + (" (emulated, qemu)" if emulated else "")):
+                f"{QEMU_WALL}, ms per image" if emulated else "measured ms per image"):
         t.add_column(col, justify="left" if col in ("device", "target", "variant") else "right")
     for r in rows:
         t.add_row(r["device"], r["target"], r["variant"], str(r["images"]), f"{r['top1']:.2%}", f"{r['top5']:.2%}",

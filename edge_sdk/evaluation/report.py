@@ -43,8 +43,9 @@ def evaluate(packages: list[Path], *, images: Path, labels: Path | None = None, 
     return out
 
 
-def record(results: list[EvalResult], db: Path) -> list[int]:
-    """One results-store run per result (the dashboard's accuracy-vs-latency chart reads them)."""
+def record(results: list[EvalResult], db: Path, *, modelled: dict[str, dict] | None = None) -> list[int]:
+    """One results-store run per result (the dashboard's accuracy-vs-latency chart reads them). `modelled`:
+    package path -> its modelled Pi figures (edge_sdk/modelled.py), stored with an emulated run."""
     from edge_sdk.results.store import ResultsStore
 
     ids = []
@@ -53,6 +54,9 @@ def record(results: list[EvalResult], db: Path) -> list[int]:
             run_json = {"package": r.package, "model": r.model, "variant": r.variant, "target": r.target,
                         "threads": r.threads, "emulated": r.emulated, "repeats": len(r.latencies_ms),
                         "latency_ms": r.latency(), "versions": r.manifest.get("versions")}
+            fig = (modelled or {}).get(r.package) if r.emulated else None
+            if fig:
+                run_json |= {k: fig[k] for k in ("modelled_ms", "modelled_cycles", "model_version") if k in fig}
             extra = {"source": "eval", "accuracy": r.top1, "top5": r.top5, "top5_k": r.k, "images": r.images,
                      "dataset": r.dataset, "where": r.where, "package_sha256": r.sha256,
                      "latency_kind": "emulated" if r.emulated else "measured"}

@@ -141,7 +141,7 @@ function drawAccuracy(data, colorOf) {
   scatterChart(s, data.accuracy, colorOf, { title: "Top-1 accuracy (%) against median latency (ms)" });
   dataTable(s, "Accuracy and latency", RUN_COLS.concat([["median ms", (r) => r.median_ms],
     ["top-1 accuracy %", (r) => 100 * r.accuracy], ["top-5 accuracy %", (r) => (r.top5 == null ? "" : 100 * r.top5)],
-    ["images", (r) => (r.images == null ? "" : r.images)]]), data.accuracy);
+    ["images", (r) => (r.images == null ? "" : r.images)], ["what the ms is", (r) => r.ms_is || ""]]), data.accuracy);
 }
 
 function setupToggle() {
