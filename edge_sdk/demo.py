@@ -346,7 +346,7 @@ def print_table(report: DemoReport, opts: DemoOptions) -> None:
                 f"speedup over {BASELINE}", f"{QEMU_WALL}, median ms", f"agreement with {BASELINE}, random weights",
                 "golden"):
         t.add_column(col, justify="right" if col not in ("device", "target", "variant", "what the ms is") else "left",
-                     no_wrap=col == "what the ms is")
+                     no_wrap=col in ("what the ms is", f"agreement with {BASELINE}, random weights"))
     for r in report.rows:
         agree = "-" if r["agreement"] is None else f"{r['agreement']:.0%}"
         spread = "-" if r["emulated"] else f"{r['p10_ms']:.2f}-{r['p90_ms']:.2f}"  # on the emulated Pi: qemu's spread
@@ -354,7 +354,7 @@ def print_table(report: DemoReport, opts: DemoOptions) -> None:
                   r["ms_is"], spread, "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
                   "-" if r["qemu_wall_ms"] is None else f"{r['qemu_wall_ms']:.2f}", agree,
                   "ok" if r["golden_ok"] else "FAILED")
-    console = Console(width=None if sys.stdout.isatty() else 150)
+    console = Console(width=None if sys.stdout.isatty() else 180)
     console.print(t)
     if any(r["modelled_ms"] for r in report.rows):
         console.print(f"modelled Pi ms: edge_sdk/timing ({model_version()}) over each package the emulated Pi runs, "
