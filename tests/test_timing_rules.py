@@ -186,6 +186,35 @@ def test_prefetcher_hides_a_stream_not_a_pointer_chase(tmp_path):
     assert got["r"]["ld_l2"] == pytest.approx(lines, rel=0.01) and got["r"]["pf_l1"] < 0.01 * lines
 
 
+MEMSET_C = r"""
+#include <stdlib.h>
+#include <string.h>
+int main(int argc, char **argv) {  /* argv: passes; each memsets 4 MB (full-line stores, 8x the L2) */
+  long n = atol(argv[1]), sz = 4 << 20;
+  char *b = malloc(sz);
+  for (long p = 0; p < n; p++) memset(b, (int)p, sz);
+  return b[sz / 2] & 1;
+}
+"""
+
+
+@pytest.mark.qemu
+def test_full_line_store_streams_write_without_a_fill(tmp_path):
+    """A53 TRM, read allocate mode: consecutive full-line writes stop allocating, so a line is one DRAM
+    write, not a fill and a write-back."""
+    from edge_sdk.timing.profile import ADD
+    from edge_sdk.timing.run import profile_program
+
+    if shutil.which("aarch64-linux-gnu-gcc") is None:
+        pytest.skip("needs aarch64-linux-gnu-gcc")
+    (tmp_path / "m.c").write_text(MEMSET_C)
+    subprocess.run(["aarch64-linux-gnu-gcc", "-O2", str(tmp_path / "m.c"), "-o", str(tmp_path / "m")], check=True)
+    pi = profile_program(lambda n: ["./m", str(n)], ks=(1, 3), files={"m": tmp_path / "m"})
+    got = {f: sum(c[:, ADD.index(f)].sum() for c in pi.counts.values()) for f in ADD}
+    lines = (4 << 20) // 64
+    assert got["st_w"] == pytest.approx(lines, rel=0.01) and got["st_l2"] < 0.01 * lines
+
+
 @pytest.mark.qemu
 def test_same_cycles_twice(kernels):
     a, b = _model(kernels, "i"), _model(kernels, "i")

@@ -5,7 +5,9 @@ Sources (read, not remembered):
          reservations, latencies and bypasses.
 - LLVM = llvm/lib/Target/AArch64/AArch64SchedA53.td (llvm-project main, 2025): MispredictPenalty,
          the FMLA 8/4 accumulator forwarding, FP and integer ASIMD latencies measured on an A53.
-- TRM  = ARM Cortex-A53 MPCore Technical Reference Manual (DDI 0500): cache geometry, 64-bit L1 read path.
+- TRM  = ARM Cortex-A53 MPCore Technical Reference Manual (DDI 0500): cache geometry, 64-bit L1 read path,
+         data prefetching and read allocate (write streaming) mode; where it gives no number, the
+         sibling cores' manuals (Cortex-A7 FAQ ka16133, Cortex-A35 TRM 100236) that describe the same units.
 - anchors = ../shared/anchors/README.md (facts collected for this project, with their sources).
 - H&P  = Hennessy & Patterson, Computer Architecture: A Quantitative Approach, 6th ed., section 2.6
          (the A53's miss penalties, for an A53 at ~1.3 GHz).
@@ -88,6 +90,13 @@ class A53:
     # One core streams at most line_fills_in_flight lines per `dram` cycles (Little's law): the
     # prefetcher's lines ahead (libtiming.so pf_depth 4) and one demand fill. ASSUMED (no A53 figure).
     line_fills_in_flight: int = 5
+    # ---- the cache model's prefetch and write-streaming rules (simulated in libtiming.so; qemu.py passes them)
+    pf_trigger: int = 3            # TRM: A7/A35 TRMs: "a sequence of three data cache misses at a fixed stride"
+    pf_window: int = 4             # TRM: A35 TRM: the stride "lies in four cache lines, plus or minus"
+    pf_depth: int = 4              # ASSUMED: lines fetched ahead of a stream (the A5 allows 1-3, the A53's is not given)
+    pf_streams: int = 2            # ASSUMED: streams tracked per core
+    ws_l1: int = 3                 # TRM: read allocate mode after 3 consecutive full-line writes (A7 FAQ; A35 TRM)
+    ws_l2: int = 128               # TRM: the L2's threshold (A7 FAQ: 127 lines; CPUACTLR.RADIS)
     # ---- threads
     fork_join: float = 2000.0      # ASSUMED (see timing/threads.py): cycles per parallel region
 

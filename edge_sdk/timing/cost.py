@@ -18,7 +18,8 @@ from edge_sdk.timing import disasm, isa, pipeline
 from edge_sdk.timing.a53 import A53
 
 _DECODED: dict[int, isa.Op] = {}
-_MEMORY_KEYS = ("l2_hit", "dram", "store_miss_stalls", "fork_join")
+_MEMORY_KEYS = ("l2_hit", "dram", "store_miss_stalls", "fork_join", "line_fills_in_flight", "pf_trigger", "pf_window",
+                "pf_depth", "pf_streams", "ws_l1", "ws_l2")
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ def thread_terms(cnt: np.ndarray, bc: cost.BlockCost, c: A53, work: np.ndarray, 
     ld1, ld2 = cnt[:, _F["ld_l1"]] * work, cnt[:, _F["ld_l2"]] * work
     if1, if2 = cnt[:, _F["if_l1"]] * work, cnt[:, _F["if_l2"]] * work
     st1, st2 = cnt[:, _F["st_l1"]] * work, cnt[:, _F["st_l2"]] * work
-    pf2 = cnt[:, _F["pf_l2"]] * work
+    pf2, stw = cnt[:, _F["pf_l2"]] * work, cnt[:, _F["st_w"]] * work  # prefetched lines, streamed stores
     if c.store_miss_stalls:
         ld1, ld2 = ld1 + st1, ld2 + st2
     core = ex * bc.cycles
@@ -45,7 +45,7 @@ def thread_terms(cnt: np.ndarray, bc: cost.BlockCost, c: A53, work: np.ndarray, 
     l2 = ((ld1 - ld2) + (if1 - if2)) * c.l2_hit
     dram = (ld2 + if2) * c.dram
     branch = taken * c.taken_branch + mispredicts * c.mispredict
-    lines = ld2 + if2 + pf2 + (2 * st2 if not c.store_miss_stalls else st2)
+    lines = ld2 + if2 + pf2 + stw + (2 * st2 if not c.store_miss_stalls else st2)
     bandwidth = np.maximum(lines * line_cycles - (core + branch + l2 + dram), 0.0)
     per_block = core + branch + l2 + dram + bandwidth
     return {

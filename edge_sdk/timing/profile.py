@@ -17,7 +17,7 @@ import numpy as np
 from edge_sdk.errors import RuntimeFailure
 
 # Per-block counters, in the plugin's C-line order after <vcpu> <id>.
-FIELDS = ("exec", "taken", "pred", "ld_l1", "ld_l2", "st_l1", "st_l2", "if_l1", "if_l2", "pf_l1", "pf_l2")
+FIELDS = ("exec", "taken", "pred", "ld_l1", "ld_l2", "st_l1", "st_l2", "if_l1", "if_l2", "pf_l1", "pf_l2", "st_w")
 ADD = tuple(f for f in FIELDS if f != "pred")  # the counters that add up (pred is a block id + 1)
 EPOCH_FIELDS = ("insns", "ld_l1", "ld_l2", "dram_lines")
 
@@ -62,7 +62,10 @@ def read_profile(path: Path) -> Profile:
     if meta.get("end") != "1":
         raise RuntimeFailure(f"{path}: libtiming output is incomplete (the guest did not exit normally?)")
     counts: dict[int, np.ndarray] = {}
-    arr = np.array(rows, dtype=np.int64).reshape(-1, 2 + len(FIELDS))
+    arr = np.array(rows, dtype=np.int64)
+    arr = arr.reshape(-1, arr.shape[1] if arr.ndim == 2 else 2 + len(FIELDS))
+    if arr.shape[1] < 2 + len(FIELDS):  # an older plugin: its counters are a prefix of FIELDS
+        arr = np.pad(arr, ((0, 0), (0, 2 + len(FIELDS) - arr.shape[1])))
     for v in np.unique(arr[:, 0]) if len(arr) else []:
         sel = arr[arr[:, 0] == v]
         m = np.zeros((len(blocks), len(FIELDS)), dtype=np.int64)
@@ -108,7 +111,7 @@ class PerInference:
     @staticmethod
     def from_json(d: dict) -> PerInference:
         return PerInference([(va, n, bytes.fromhex(c)) for va, n, c in d["blocks"]],
-                            {int(v): np.array(c, dtype=float).reshape(-1, len(ADD)) for v, c in d["counts"].items()},
+                            {int(v): _widen(np.array(c, dtype=float)) for v, c in d["counts"].items()},
                             np.array(d["pred"], dtype=np.int64), [Mapping(**m) for m in d["maps"]],
                             {k: {int(v): np.array(e, dtype=np.int64).reshape(-1, len(EPOCH_FIELDS))
                                  for v, e in x.items()}
@@ -135,6 +138,12 @@ class PerInference:
     def load(path: Path) -> PerInference:
         with gzip.open(path, "rt") as f:
             return PerInference.from_json(json.load(f))
+
+
+def _widen(a: np.ndarray) -> np.ndarray:
+    """Counters of an older profile (fewer columns: later counters appended) padded with zeros."""
+    a = a.reshape(len(a), -1) if a.size else np.zeros((0, len(ADD)))
+    return np.pad(a, ((0, 0), (0, len(ADD) - a.shape[1]))) if a.shape[1] < len(ADD) else a
 
 
 def _index(p: Profile, keys: dict, blocks: list) -> np.ndarray:

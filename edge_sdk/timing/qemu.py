@@ -11,16 +11,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from edge_sdk.timing import profile as P
+from edge_sdk.timing.a53 import A53, DEFAULT
 from edge_sdk.timing.symbols import symbol_value
 
 # (file name pattern, parallel-region entry symbol) of the runtimes we know.
 RUNTIMES = (("libgomp", "GOMP_parallel"), ("libtvm_runtime", "TVMBackendParallelLaunch"))
 
 
-def cache_args(cores: int = 4) -> str:
-    """The Pi 3 (BCM2837) caches, as bench/emulate.CacheConfig gives them to cache.c."""
+def cache_args(cores: int = 4, c: A53 = DEFAULT) -> str:
+    """The Pi 3 (BCM2837) caches, as targets.CacheConfig gives them to cache.c, and a53.py's prefetch and
+    write-streaming rules."""
     return (f"dcachesize={32 * 1024},dassoc=4,icachesize={32 * 1024},iassoc=2,l2cachesize={512 * 1024},"
-            f"l2assoc=16,blksize=64,cores={cores}")
+            f"l2assoc=16,blksize=64,cores={cores},pf_trigger={c.pf_trigger},pf_window={c.pf_window},"
+            f"pf_depth={c.pf_depth},pf_streams={c.pf_streams},wstream=1,ws_l1={c.ws_l1},ws_l2={c.ws_l2}")
 
 
 def find_runtimes(roots: list[Path]) -> list[tuple[Path, str]]:

@@ -27,12 +27,18 @@
  *   of at most pf_window lines starts linefills pf_depth lines ahead; a demand hit on a prefetched
  *   line keeps its stream pf_depth ahead (pf_streams streams per core; pf_depth=0: off).
  * Prefetched lines fill the L1 and the L2 without a stall; their L2 misses are DRAM traffic.
+ * Coherence: a store removes its line from the other cores' L1 D (their next access misses to the L2,
+ * as a snoop of the writer's copy would cost), so a producer's output is not a stale hit elsewhere.
+ * Write streaming (A53 TRM, "read allocate mode"; wstream=1): after ws_l1 store misses to consecutive
+ * lines a core's stores that miss stop allocating in its L1 (they go to the L2), after ws_l2 also in
+ * the L2 (they go to DRAM), until a store misses elsewhere; such a line costs one DRAM write, no fill.
  *
  * Output (out=PATH, written at exit, plain text):
  *   T <key> <value>                    header (version, parameters)
  *   B <id> <vaddr hex> <n insns> <instruction bytes hex>
  *   C <vcpu> <id> <exec> <taken> <pred id+1> <ld l1 miss> <ld l2 miss> <st l1 miss> <st l2 miss>
- *     <ifetch l1 miss> <ifetch l2 miss> <prefetch fills> <prefetch l2 miss>  (blocks with exec > 0)
+ *     <ifetch l1 miss> <ifetch l2 miss> <prefetch fills> <prefetch l2 miss> <streamed store lines to DRAM>
+ *     (blocks with exec > 0)
  *   E <vcpu> <epoch> <insns> <ld l1 miss> <ld l2 miss> <DRAM lines>  (with mark= only, nonzero rows)
  *   M <line of /proc/self/maps>   every file mapping seen after a file mmap or at exit (a library the
  *     guest dlclose'd stays listed); user mode with guest_base 0, so these are guest addresses
@@ -54,7 +60,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 #define MAX_MARKS 16
 #define MAX_SKIPS 16
 
-enum { C_EXEC, C_TAKEN, C_PRED, C_VOTE, C_LD1, C_LD2, C_ST1, C_ST2, C_IF1, C_IF2, C_PF1, C_PF2, NC };
+enum { C_EXEC, C_TAKEN, C_PRED, C_VOTE, C_LD1, C_LD2, C_ST1, C_ST2, C_IF1, C_IF2, C_PF1, C_PF2, C_STW, NC };
 #define HIST 8
 #define MAX_STREAMS 8
 enum { E_INSNS, E_LD1, E_LD2, E_DRAM, NE };
@@ -78,6 +84,7 @@ typedef struct {
     Stream st[MAX_STREAMS];
     uint64_t tick, dram;
     int64_t sw_last;
+    int64_t ws_last, ws_run;  /* write streaming: last store-miss line, consecutive lines so far */
 } Core;
 
 typedef struct {
@@ -106,10 +113,13 @@ static uint32_t n_blocks, dropped;
 static GHashTable *block_ids;
 static GMutex trans_lock, l2_lock, vcpu_lock;
 static Vcpu *vcpus[MAX_VCPUS];
+static Core *all_cores[MAX_VCPUS];  /* each core once, for coherence */
+static int n_cores;
 static Cache l2;
 static uint32_t line_shift = 6, cores = 4;
 static uint64_t dsize = 32768, dassoc = 4, isize = 32768, iassoc = 2, l2size = 524288, l2assoc = 16;
 static uint64_t pf_streams = 2, pf_depth = 4, pf_window = 4, pf_trigger = 3, swpf = 1;
+static uint64_t wstream = 1, ws_l1 = 3, ws_l2 = 128;
 #define MAX_RANGES 64
 static char *mark_file[MAX_MARKS], *skip_file[MAX_SKIPS];
 static uint64_t mark_elf[MAX_MARKS], marks[MAX_MARKS], skip_lo[MAX_RANGES], skip_hi[MAX_RANGES];
@@ -276,6 +286,9 @@ static Vcpu *vcpu_get(unsigned int index)
                 cache_init(&v->core->l1d, dsize, dassoc);
                 cache_init(&v->core->l1i, isize, iassoc);
                 v->core->sw_last = -1;
+                v->core->ws_last = INT64_MIN / 2;
+                all_cores[n_cores] = v->core;
+                __atomic_store_n(&n_cores, n_cores + 1, __ATOMIC_RELEASE);
             }
             __atomic_store_n(&vcpus[index], v, __ATOMIC_RELEASE);
         }
@@ -402,6 +415,68 @@ static void tb_exec(unsigned int vcpu_index, void *udata)
     }
 }
 
+static bool cache_has(const Cache *c, uint64_t line)
+{
+    const uint64_t *set = c->tags + ((line + 1) % c->sets) * c->assoc;
+    for (uint32_t i = 0; i < c->assoc; i++) {
+        if (set[i] == line + 1) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A store by core k invalidates the line in every other core's L1 D (unlocked: another thread may race
+ * with its own set, which costs at worst one misplaced invalidation, never memory safety). */
+static void invalidate_others(const Core *k, uint64_t line)
+{
+    int n = __atomic_load_n(&n_cores, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++) {
+        Cache *o = &all_cores[i]->l1d;
+        if (all_cores[i] == k) {
+            continue;
+        }
+        uint64_t *set = o->tags + ((line + 1) % o->sets) * o->assoc;
+        for (uint32_t j = 0; j < o->assoc; j++) {
+            if (set[j] == line + 1) {
+                set[j] = 0;
+            }
+        }
+    }
+}
+
+/* Write streaming (see the header): true when the store was handled here (the line was not allocated). */
+static bool store_streams(Core *k, uint64_t *c, int64_t line, uint64_t *ep)
+{
+    if (cache_has(&k->l1d, (uint64_t)line)) {
+        return false;  /* a hit: the normal path */
+    }
+    if (line != k->ws_last) {
+        k->ws_run = line == k->ws_last + 1 ? k->ws_run + 1 : 0;
+        k->ws_last = line;
+    } else if (k->ws_run >= (int64_t)ws_l1) {
+        return true;  /* another store into the line being streamed out: counted already */
+    }
+    if (k->ws_run < (int64_t)ws_l1) {
+        return false;  /* still allocating */
+    }
+    c[C_ST1]++;
+    bool in_l2;
+    g_mutex_lock(&l2_lock);
+    in_l2 = cache_has(&l2, (uint64_t)line);
+    if (k->ws_run < (int64_t)ws_l2 && !in_l2) {
+        cache_ref(&l2, (uint64_t)line, 0, NULL);  /* the full line lands in the L2 without a fill */
+    }
+    g_mutex_unlock(&l2_lock);
+    if (!in_l2) {
+        c[C_STW]++;  /* one DRAM write (now, or when the L2 evicts it) */
+        if (ep) {
+            ep[E_DRAM]++;
+        }
+    }
+    return true;
+}
+
 static void mem_access(unsigned int vcpu_index, qemu_plugin_meminfo_t info, uint64_t vaddr, void *udata)
 {
     const Insn *in = udata;
@@ -418,6 +493,12 @@ static void mem_access(unsigned int vcpu_index, qemu_plugin_meminfo_t info, uint
             prefetch_line(k, c, want, 0);
             k->sw_last = want;
         }
+    }
+    if (store && n_cores > 1) {
+        invalidate_others(k, (uint64_t)line);
+    }
+    if (store && wstream && store_streams(k, c, line, blocks[id]->skip ? NULL : v->e[cur_epoch()])) {
+        return;
     }
     if (cache_ref(&k->l1d, (uint64_t)line, -1, &flag)) {
         if (flag && !store && pf_depth) {
@@ -588,9 +669,9 @@ static void write_counts(FILE *f)
             const uint64_t *c = vcpus[v]->c[i];
             if (c[C_EXEC]) {
                 fprintf(f, "C %u %u %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
-                        " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", v, i, c[C_EXEC],
-                        c[C_TAKEN], c[C_PRED], c[C_LD1], c[C_LD2], c[C_ST1], c[C_ST2], c[C_IF1], c[C_IF2],
-                        c[C_PF1], c[C_PF2]);
+                        " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", v, i,
+                        c[C_EXEC], c[C_TAKEN], c[C_PRED], c[C_LD1], c[C_LD2], c[C_ST1], c[C_ST2], c[C_IF1],
+                        c[C_IF2], c[C_PF1], c[C_PF2], c[C_STW]);
             }
         }
         for (uint64_t e = 0; n_marks && e < n_epochs; e++) {
@@ -621,6 +702,7 @@ static void at_exit(qemu_plugin_id_t id, void *p)
             " line=%u cores=%u\n", dsize, dassoc, isize, iassoc, l2size, l2assoc, 1u << line_shift, cores);
     fprintf(f, "T prefetch streams=%" PRIu64 " depth=%" PRIu64 " window=%" PRIu64 " trigger=%" PRIu64 " sw=%" PRIu64
             "\n", pf_streams, pf_depth, pf_window, pf_trigger, swpf);
+    fprintf(f, "T wstream %" PRIu64 " l1=%" PRIu64 " l2=%" PRIu64 "\n", wstream, ws_l1, ws_l2);
     write_blocks(f);
     write_counts(f);
     resolve_files();
@@ -640,10 +722,10 @@ static bool parse_arg(const char *opt)
     }
     const char *k = kv[0], *val = kv[1];
     uint64_t *sizes[] = {&dsize, &dassoc, &isize, &iassoc, &l2size, &l2assoc, &pf_streams, &pf_depth, &pf_window,
-                         &pf_trigger, &swpf};
+                         &pf_trigger, &swpf, &wstream, &ws_l1, &ws_l2};
     const char *names[] = {"dcachesize", "dassoc", "icachesize", "iassoc", "l2cachesize", "l2assoc", "pf_streams",
-                           "pf_depth", "pf_window", "pf_trigger", "swpf"};
-    for (int i = 0; i < 11; i++) {
+                           "pf_depth", "pf_window", "pf_trigger", "swpf", "wstream", "ws_l1", "ws_l2"};
+    for (int i = 0; i < 14; i++) {
         if (g_strcmp0(k, names[i]) == 0) {
             *sizes[i] = g_ascii_strtoull(val, NULL, 10);
             return i < 6 ? *sizes[i] > 0 : i == 6 ? *sizes[i] >= 1 && *sizes[i] <= MAX_STREAMS : true;
