@@ -20,7 +20,8 @@ NETS = sorted(DATA.glob("*_int8.tflite"))
 # compiled in CI (a net takes minutes here): squeeze-excite MUL, HARD_SWISH, hard-sigmoid ADD/MUL with
 # constants (MobileNetV3-Small); SPLIT, 5-D TRANSPOSE (ShuffleNetV2). tools/issue14_matrix.py: all of them.
 COMPILED_NETS = [DATA / "mobilenet_v3_small_0.15_64_int8.tflite", DATA / "shufflenet_v2_w16_64_int8.tflite"]
-FAST_OPS = ("mul_se", "hard_swish", "split", "strided_slice_neg", "resize_bilinear_9x7", "gather_channels")
+FAST_OPS = ("mul_se", "hard_swish", "swish", "split", "strided_slice_neg", "resize_bilinear_9x7", "gather_channels",
+            "mul_const_channel")
 
 
 def _litert_ref(path: Path, x: np.ndarray, *, all_tensors: bool = False):

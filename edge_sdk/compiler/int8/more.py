@@ -133,6 +133,20 @@ def const_binary(g: Int8Graph, op: Op, pos: int, table: np.ndarray, *, name: str
     return _done([x, t, te.compute(out_shape, f, name="out")], name, [table], out_shape)
 
 
+def swish_table(g: Int8Graph, op: Op):
+    """MUL(x, LOGISTIC(x)) -- swish as the TFLite converter writes it (EfficientNet) -- is a function of x
+    alone: its 256-entry table, the numpy reference's LOGISTIC then MUL on every int8 value. None unless
+    one operand is LOGISTIC's output and the other that LOGISTIC's input."""
+    producers = {o: p for p in g.ops for o in p.outputs}
+    for pos in (0, 1):
+        src = producers.get(op.inputs[1 - pos])
+        if src is not None and src.kind == "LOGISTIC" and src.inputs[0] == op.inputs[pos]:
+            x = qp.ALL_INT8.astype(np.int8)
+            sig = qp.lookup(x, ref.unary_table(g, src))
+            return ref.binary(g, op, *((x, sig) if pos == 0 else (sig, x))), op.inputs[pos]
+    return None
+
+
 def resize(g: Int8Graph, op: Op, *, name: str) -> Kernel:
     x_t = g.tensors[op.inputs[0]]
     n, h, w, ch = x_t.shape
@@ -211,6 +225,9 @@ def emit(bb, g: Int8Graph, op: Op, env: dict, *, name: str):
         ins = [g.tensors[i] for i in op.inputs[:2]]
         if k == "ADD" and ins[0].shape == ins[1].shape and all(t.data is None for t in ins):
             return None  # glue.add, as before
+        sw = swish_table(g, op) if k == "MUL" else None
+        if sw is not None:  # the LOGISTIC it reads is then dead code (DeadCodeElimination drops it)
+            return [_call(bb, table_kernel(g.tensors[sw[1]].shape, sw[0], name=name), [env[sw[1]]], name)]
         tab = _const_table(g, op)
         if tab is not None:
             kern = const_binary(g, op, tab[0], tab[1], name=name)
