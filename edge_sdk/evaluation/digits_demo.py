@@ -62,7 +62,7 @@ def modelled_figures(package: Path, *, threads: int = 1) -> dict | None:
 
     try:
         return modelled_package(package, threads=threads)[0]
-    except EdgeError:
+    except (EdgeError, ValueError):  # ValueError: timing/profile.py on a libtiming file it cannot parse (seen once)
         return None
 
 
