@@ -25,6 +25,7 @@ from edge_sdk.quant import int8_layout as ql, int8_pointwise as qp
 from edge_sdk.quant import tflite_int8_ref_ops as ref
 
 BINARY = ("ADD", "SUB", "MUL", "PRELU", "MAXIMUM", "MINIMUM")
+FAST_REQUANT = True  # the 32-bit requantize where it is exact (no left shift); False: always int64
 UNARY = ("HARD_SWISH", "LEAKY_RELU", "TANH", "LOGISTIC")
 
 
@@ -53,20 +54,34 @@ def _consts(g: Int8Graph, op: Op) -> tuple[np.ndarray, tuple[int, int, int, int]
     return np.zeros(1, np.int32), (0, 0, 0, 0)
 
 
-def _scaled(kind: str, a, b, c, zs):
+def _i32(v):
+    return tirx.const(int(v), "int32") if isinstance(v, int) else v.astype("int32")
+
+
+def _scaled(kind: str, a, b, c, zs, fast: bool):
     """ADD/SUB's per-operand rescale as their own stages over each operand's shape (one multiply per stage:
-    TVM's simplifier takes ~30 s over the nested form), so a broadcast operand is rescaled once."""
+    TVM's simplifier takes ~30 s over the nested form), so a broadcast operand is rescaled once. `fast`:
+    every shift is a right shift, so the 32-bit form (fixedpoint.mbqm32, equal there) applies."""
     if kind not in ("ADD", "SUB"):
         return a, b
-    z1, z2, ls = fp.i64(zs[0]), fp.i64(zs[1]), fp.i64(zs[3])
-    va = te.compute(a.shape, lambda *i: fp.mbqm((fp.i64(a(*i)) - z1) << ls, c[0], c[1], c[2]).astype("int32"),
-                    name="va")
-    vb = te.compute(b.shape, lambda *i: fp.mbqm((fp.i64(b(*i)) - z2) << ls, c[3], c[4], c[5]).astype("int32"),
-                    name="vb")
-    return va, vb
+
+    def stage(t, z, k, nm):
+        if fast:
+            return te.compute(t.shape, lambda *i: fp.mbqm32((_i32(t(*i)) - _i32(z)) << _i32(zs[3]), c[k], c[k + 2]),
+                              name=nm)
+        return te.compute(t.shape, lambda *i: fp.mbqm((fp.i64(t(*i)) - fp.i64(z)) << fp.i64(zs[3]), c[k], c[k + 1],
+                                                      c[k + 2]).astype("int32"), name=nm)
+
+    return stage(a, zs[0], 0, "va"), stage(b, zs[1], 3, "vb")
 
 
-def _binary_value(kind: str, va, vb, c, zs, act):
+def _binary_value(kind: str, va, vb, c, zs, act, fast: bool):
+    if fast and kind in ("ADD", "SUB", "MUL"):  # int32 lanes: |(a-z1)(b-z2)| <= 2^16, |va|, |vb| <= 2^28
+        if kind == "MUL":
+            v = fp.mbqm32((_i32(va) - _i32(zs[0])) * (_i32(vb) - _i32(zs[1])), c[0], c[2])
+        else:
+            v = fp.mbqm32(va + vb if kind == "ADD" else va - vb, c[6], c[8])
+        return fp.clamp_int8_32(v + _i32(zs[2]), *act)
     z1, z2, zo = (fp.i64(v) for v in zs[:3])
     if kind in ("ADD", "SUB"):  # va, vb: already rescaled (_scaled)
         xa, xb = fp.i64(va), fp.i64(vb)
@@ -93,10 +108,11 @@ def binary(g: Int8Graph, op: Op, *, name: str) -> Kernel:
     b = te.placeholder(sb, "int8", name="b")
     row, zs = _consts(g, op)
     c = te.placeholder(row.shape, "int32", name="rq")
-    va, vb = _scaled(op.kind, a, b, c, zs)
+    fast = FAST_REQUANT and not np.any(row[1::3]) and op.kind in ("ADD", "SUB", "MUL")  # no left shifts
+    va, vb = _scaled(op.kind, a, b, c, zs, fast)
     fa, fb = _bcast(va, sa, len(out_shape)), _bcast(vb, sb, len(out_shape))
     act = ref.op_act(g, op)
-    out = te.compute(out_shape, lambda *i: _binary_value(op.kind, fa(i), fb(i), c, zs, act), name="out")
+    out = te.compute(out_shape, lambda *i: _binary_value(op.kind, fa(i), fb(i), c, zs, act, fast), name="out")
     return _done([a, b, c, out], name, [row], out_shape)
 
 
