@@ -95,7 +95,7 @@ def model_all(paths: list[Path], *, threads: int, say, notes: list[str]) -> dict
     for pkg in paths:
         try:
             out[pkg], cached = modelled_package(pkg, threads=threads)
-        except EdgeError as e:
+        except (EdgeError, ValueError) as e:  # ValueError: a libtiming file the model could not parse
             notes.append(f"{pkg.name}: no modelled Pi time ({type(e).__name__}: {str(e).strip()[:300]}); "
                          "its speedup is not shown")
             say(f"note: {notes[-1]}")
