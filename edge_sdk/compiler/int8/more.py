@@ -239,8 +239,9 @@ def emit(bb, g: Int8Graph, op: Op, env: dict, *, name: str):
     k = op.kind
     if k in BINARY:
         ins = [g.tensors[i] for i in op.inputs[:2]]
-        if k == "ADD" and ins[0].shape == ins[1].shape and all(t.data is None for t in ins):
-            return None  # glue.add, as before
+        if k == "ADD" and ins[0].shape == ins[1].shape and all(t.data is None for t in ins) and not (
+                FAST_REQUANT and not np.any(_consts(g, op)[0][1::3])):
+            return None  # glue.add (int64) when a shift is a left shift
         sw = swish_table(g, op) if k == "MUL" else None
         if sw is not None:  # the LOGISTIC it reads is then dead code (DeadCodeElimination drops it)
             return [_call(bb, table_kernel(g.tensors[sw[1]].shape, sw[0], name=name), [env[sw[1]]], name)]
