@@ -41,8 +41,10 @@ def _miss_cols(r) -> list[str]:
 
 def _where(result, inst: bool, modelled: bool) -> str:
     if modelled:
+        from edge_sdk.modelled import modelled_label
+
         board = next((r.timing["target"] for r in result.rows if r.timing), result.target)
-        return (f"modelled {board} ms per inference (A53 timing model over the code qemu -cpu {result.emulate_cpu} "
+        return (f"{modelled_label(board)} per inference (A53 timing model over the code qemu -cpu {result.emulate_cpu} "
                 f"executes, (K=3 - K=1)/2; a model, not a measurement), aarch64 instructions and the model's misses")
     return (f"aarch64 instructions per inference under qemu -cpu {result.emulate_cpu} "
             f"(deterministic: (K=3 - K=1)/2; instructions are not cycles)" if inst else "latency, ms")

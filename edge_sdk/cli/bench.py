@@ -27,11 +27,12 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--ncnn-models", type=Path, metavar="DIR", help="with --peers: benchncnn's network definitions "
                    "by name (mobilenet.param, mobilenet_int8.param, mobilenet_v2.param, resnet18.param, ...) for the "
                    "full-size zoo models (default: the copies shipped in edge_sdk/bench/ncnn_models)")
-    p.add_argument("--emulate", metavar="TARGET", help="count aarch64 instructions per inference under qemu "
-                   f"instead of timing, for {', '.join(n for n in TARGET_NAMES if n != 'host')} "
-                   "(tools/build_qemu_plugins.sh)")
-    p.add_argument("--memory", action="store_true", help="with --emulate: also simulate the device's caches (qemu "
-                   "cache.c): L1D/L2 misses, DRAM bytes, modelled A53 cycles and a roofline verdict per row (slower)")
+    p.add_argument("--emulate", metavar="TARGET", help="instead of timing here: the modelled Pi ms of one inference "
+                   "(the A53 timing model over the code qemu runs: modelled_ms, modelled_cycles) with its aarch64 "
+                   f"instructions and misses, for {', '.join(n for n in TARGET_NAMES if n != 'host')} "
+                   "(tools/build_qemu_plugins.sh, llvm-mc-14)")
+    p.add_argument("--memory", action="store_true", help="with --emulate: also qemu's cache.c misses priced by the "
+                   "instruction-count proxy (emulate.A53Model) and its roofline verdict per row (slower)")
     p.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default 3)")
     p.add_argument("--repeat", type=int, default=5, help="at least this many timed runs (default 5)")
     p.add_argument("--min-time-ms", type=float, default=1000.0, help="time each row at least this long (default 1000)")
