@@ -75,7 +75,7 @@ def test_reduced_demo_end_to_end(tmp_path, capsys):
 
     page = html.read_text()
     assert page.lstrip().lower().startswith("<!doctype html") and "mobilenet_v1" in page and "w1a2" in page
-    assert _netns() == before  # the emulated Pi's namespace is gone
+    assert _netns() <= before  # the emulated Pi's namespace is gone (another user's may have gone meanwhile)
     assert not any("edge-sdk-demo-" in line for line in Path("/proc/self/mountinfo").read_text().splitlines())
 
 
