@@ -313,3 +313,19 @@ def test_nchw_graph_matches_numpy_reference(host):
     vm = relax.VirtualMachine(ex, tvm.cpu())
     out = vm["main"](tvm.runtime.tensor(x), *[tvm.runtime.tensor(params[k]) for k in sorted(params)]).numpy()
     close(out, np.asarray(evaluate(mod, x)))
+
+
+# -- GEMM register tiles ----------------------------------------------------------------------------
+@pytest.mark.parametrize("m,k,n", [(1, 50, 1000), (1, 33, 24), (37, 24, 72), (20, 120, 40)])
+def test_chosen_gemm_tile_matches_numpy(host, m, k, n):
+    """The tile choose_nr picks (a lone row: up to 4 vectors, a power of two; AVX: half, one or two
+    vectors by cost, so 72 channels from 24 take 8-wide tiles and need no slice) computes the GEMM."""
+    simd = simd_of(host.tvm_target())
+    nr = conv_ops.choose_nr(simd, m, n, k)
+    assert nr % max(1, simd.lanes // 2) == 0 and (nr // simd.lanes) in (0, 1, 2, 4)
+    a, w, b = rand(m, k), rand(k, n), rand(n)
+    wp = conv_ops.pack_gemm_weight(w, nr)
+    npad = wp.shape[0] * nr
+    func = conv_ops.gemm(m, k, npad, simd, epi=Epilogue(("relu",)), nr=nr, name="t_tile")
+    out = run_prim(func, host, a, wp, conv_ops.pad_bias(b, npad), out_shape=(m, npad))[:, :n]
+    close(out, np.maximum(a.astype("float64") @ w + b, 0))

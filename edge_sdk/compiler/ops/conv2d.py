@@ -21,13 +21,31 @@ from tvm import s_tir, te
 from edge_sdk.compiler.ops.common import NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner, vector_width
 
 
-def choose_nr(simd: Simd, m: int, n: int) -> int:
-    """Output channels per register tile: two vectors, or one when that avoids padding the
-    channels; a lone row (dense layer) has few accumulators per step, so it takes up to 8 vectors."""
+# Relative cost per multiply-add of a GEMM tile nr channels wide, by vector width (lanes) and nr / lanes,
+# measured on AVX-512 (16 lanes): a half-width (ymm) tile runs ~38 GMAC/s, one or two zmm ~70. NEON
+# keeps its rule (two vectors, one when that avoids padding): its counts were checked per kernel.
+_TILE_COST = {0.5: 1.85, 1: 1.0, 2: 1.0}
+# A padded GEMM's output is sliced to the real channels by a copy (and loses its fused residual add):
+# ~0.5 ns per element here, about as much as 36 multiply-adds of the GEMM.
+_SLICE_COST = 36
+
+
+def choose_nr(simd: Simd, m: int, n: int, k: int = 0) -> int:
+    """Output channels per register tile for an (m, k) x (k, n) GEMM.
+
+    A lone row (dense layer, squeeze-excite) is memory-bound: up to 4 vectors, a power of two (LLVM
+    splits a 7-vector tile badly: 1280 -> 1000 ran 2.4x slower), padding allowed. Wide vectors (AVX):
+    the cheapest of half, one or two vectors by _TILE_COST and _SLICE_COST, given k. Else two vectors,
+    or one when that avoids padding the channels."""
     lanes = simd.lanes
     if m == 1:
-        vecs = round_up(n, lanes) // lanes
-        return lanes * max(d for d in range(1, 9) if vecs % d == 0)
+        return lanes * min((1, 2, 4), key=lambda d: (round_up(n, lanes * d) * (1 + 0.5 / d), -d))
+    if k and lanes >= 8:
+        def cost(nr):
+            npad = round_up(n, nr)
+            return npad * k * _TILE_COST[nr / lanes] + (_SLICE_COST * n if npad != n else 0)
+
+        return min((2 * lanes, lanes, lanes // 2), key=cost)
     if n % simd.nr == 0 or n % lanes != 0 and n > lanes:
         return simd.nr
     return lanes

@@ -64,11 +64,18 @@ class KernelRewriter(PyExprMutator):
         out_shape = shape_of(call)
         cout = out_shape[-1]
         m = int(np.prod(out_shape[:-1]))
-        chain = Chain(cout, allow_residual=head["kind"] == "dw"
-                       or round_up(cout, conv_ops.choose_nr(self.simd, m, cout)) == cout)
+        chain = Chain(cout, allow_residual=head["kind"] == "dw" or round_up(cout, self._nr(head, m, cout)) == cout)
         chain.end = var
         self._extend(graph, chain, out_shape)
         self.plans[chain.end] = (head, chain)
+
+    def _nr(self, head, m: int, cout: int) -> int:
+        """The register tile's channel count the emitted kernel will use (conv_ops.choose_nr)."""
+        w = head["w"]
+        if head["kind"] == "dense" or (head["kind"] == "conv" and tuple(w.shape[:2]) == (1, 1)
+                                       and head["strides"] == [1, 1] and not any(head["pad"])):
+            return conv_ops.choose_nr(self.simd, m, cout, k=int(np.prod(w.shape[:-1])))
+        return conv_ops.choose_nr(self.simd, 2, cout)
 
     def _extend(self, graph: Graph, chain: Chain, out_shape) -> None:
         """Grow the chain from its head while the next op folds into the epilogue."""
@@ -234,7 +241,7 @@ class KernelRewriter(PyExprMutator):
         cout = w.shape[-1]
         wkn = w.reshape(-1, cout)
         m = int(np.prod(head["shape"][:-1]))
-        nr = conv_ops.choose_nr(self.simd, m, cout)
+        nr = conv_ops.choose_nr(self.simd, m, cout, k=wkn.shape[0])
         npad = round_up(cout, nr)
         key = ("gemm", m, wkn.shape[0], npad, nr, epi)
         gv = self._kernel(key, lambda name: conv_ops.gemm(m, wkn.shape[0], npad, self.simd, epi=epi, nr=nr,
