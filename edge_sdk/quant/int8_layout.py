@@ -7,8 +7,6 @@ quantization in and out); they need no code of their own.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from edge_sdk.quant import int8 as q8
@@ -100,7 +98,3 @@ def resize_bilinear(x, out_hw, *, align_corners: bool, half_pixel_centers: bool)
 def out_hw_of(size_data) -> tuple[int, int]:
     h, w = (int(v) for v in np.asarray(size_data).reshape(-1)[:2])
     return h, w
-
-
-def prod(shape) -> int:
-    return math.prod(int(s) for s in shape)
