@@ -258,20 +258,13 @@ def test_fused_graph_matches_numpy_reference(host, name):
     close(out, np.asarray(evaluate(mod, x)))
 
 
-@pytest.mark.slow
-@pytest.mark.qemu
-@pytest.mark.parametrize("name", GRAPHS)
-def test_fused_graph_on_pi3_under_qemu_matches_numpy_reference(name):
-    """The NEON schedules (4 lanes: other vector steps and register tiles), cross-compiled for pi3 and
-    run by our runner under qemu-aarch64 -cpu cortex-a53."""
+def run_pi3(mod, x):
+    """mod compiled for pi3, cross-built and run once by our runner under qemu-aarch64 -cpu cortex-a53."""
     pi3 = get_target("pi3")
     if shutil.which(pi3.cross_cc) is None or shutil.which("qemu-aarch64") is None:
         pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
     from edge_sdk.runtime.execute import LocalRun, run_compiled
 
-    build, shape = GRAPHS[name]
-    mod = Net(shape).module(build)
-    x = RNG.uniform(-1, 1, shape).astype("float32")
     ex, params = lower.compile_relax(mod, pi3)
     with tempfile.TemporaryDirectory() as d:
         lib, pfile = Path(d) / "m.so", Path(d) / "params.bin"
@@ -280,7 +273,18 @@ def test_fused_graph_on_pi3_under_qemu_matches_numpy_reference(name):
         res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53",
                            how=LocalRun(warmup=0, repeat=1))
     assert res.emulated
-    close(res.output, np.asarray(evaluate(mod, x)))
+    return res.output
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+@pytest.mark.parametrize("name", GRAPHS)
+def test_fused_graph_on_pi3_under_qemu_matches_numpy_reference(name):
+    """The NEON schedules (4 lanes: other vector steps and register tiles) of every new kernel."""
+    build, shape = GRAPHS[name]
+    mod = Net(shape).module(build)
+    x = RNG.uniform(-1, 1, shape).astype("float32")
+    close(run_pi3(mod, x), np.asarray(evaluate(mod, x)))
 
 
 def nchw_hswish_net():
@@ -329,3 +333,45 @@ def test_chosen_gemm_tile_matches_numpy(host, m, k, n):
     func = conv_ops.gemm(m, k, npad, simd, epi=Epilogue(("relu",)), nr=nr, name="t_tile")
     out = run_prim(func, host, a, wp, conv_ops.pad_bias(b, npad), out_shape=(m, npad))[:, :n]
     close(out, np.maximum(a.astype("float64") @ w + b, 0))
+
+
+# -- an input Rescaling / Normalization folded into the stem conv -------------------------------
+def stem_net(explicit_pad: bool):
+    """x * s + t per RGB channel (Keras Rescaling + Normalization), then a 3x3 stride-2 conv with
+    SAME padding (MobileNetV3) or ZeroPadding2D + VALID (EfficientNet): the border must read the
+    value the affine maps to 0, -t / s, once the affine is in the weights."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("input", relax.TensorType((1, 15, 14, 3), "float32"))
+    w = rand(3, 3, 3, 8)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.multiply(x, relax.const(np.array([0.5, -2.0, 4.0], "float32"))))
+            y = bb.emit(relax.op.subtract(y, relax.const(np.array([[[[1.0, -0.5, 3.0]]]], "float32"))))
+            if explicit_pad:
+                y = bb.emit(relax.op.nn.pad(y, [0, 0, 0, 1, 0, 1, 0, 0]))
+            pad = (0, 0, 0, 0) if explicit_pad else (0, 0, 1, 1)
+            y = bb.emit(relax.op.nn.conv2d(y, relax.const(w), strides=2, padding=pad, data_layout="NHWC",
+                                           kernel_layout="HWIO"))
+            gv = bb.emit_output(y)
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+@pytest.mark.parametrize("explicit_pad", [False, True])
+def test_input_affine_folds_into_the_stem_conv(host, explicit_pad):
+    mod = stem_net(explicit_pad)
+    left = leftover_ops(mod, host)
+    assert not {"relax.multiply", "relax.subtract", "relax.nn.pad"} & set(left), left
+    x = RNG.uniform(0, 255, (1, 15, 14, 3)).astype("float32")
+    ex, params = lower.compile_relax(mod, host)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x), *[tvm.runtime.tensor(params[k]) for k in sorted(params)]).numpy()
+    close(out, np.asarray(evaluate(mod, x)))
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_stem_with_folded_input_affine_on_pi3_under_qemu():
+    mod = stem_net(False)
+    x = RNG.uniform(0, 255, (1, 15, 14, 3)).astype("float32")
+    close(run_pi3(mod, x), np.asarray(evaluate(mod, x)))

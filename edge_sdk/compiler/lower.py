@@ -173,6 +173,7 @@ def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: lis
             say("scheduled kernels: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))
                 + (f"; left to default loops: {', '.join(sorted(set(left)))}" if left else ""))
             mod = tvm.transform.Sequential([
+                relax.transform.RemoveRedundantReshape(),  # reshape(reshape(x)) would fuse into a copy
                 relax.transform.LegalizeOps(),
                 relax.transform.AnnotateTIROpPattern(),
                 relax.transform.FoldConstant(),

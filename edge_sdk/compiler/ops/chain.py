@@ -220,3 +220,37 @@ def match_activation(graph: Graph, x, out_shape) -> tuple[tuple, object, list] |
                 if got is not None and np.allclose(got, fn(_SAMPLES), rtol=1e-6, atol=1e-6):
                     return (act,), var, nodes
     return None
+
+
+_AFFINE = {  # x = op(y, c) as x = a * y + b
+    ("relax.add", 0): lambda c: (1.0, c), ("relax.add", 1): lambda c: (1.0, c),
+    ("relax.multiply", 0): lambda c: (c, 0.0), ("relax.multiply", 1): lambda c: (c, 0.0),
+    ("relax.subtract", 0): lambda c: (1.0, -c), ("relax.subtract", 1): lambda c: (-1.0, c),
+    ("relax.divide", 0): lambda c: (1.0 / c, 0.0),
+}
+
+
+def input_affine(graph: Graph, x, channels: int):
+    """(source, S, T) when x = S * source + T per channel through a run of single-use constant
+    add / subtract / multiply / divide (an input Rescaling / Normalization before the stem conv),
+    else None. S has no zero, so a border value -T / S maps to 0."""
+    scale, shift, cur = np.ones(channels), np.zeros(channels), x
+    while True:
+        val = graph.value.get(cur)
+        op = op_name(val)
+        if op not in LINEAR or len(val.args) != 2 or not graph.single_user(cur, val):
+            break
+        step = None
+        for pos in (0, 1):
+            const = graph.const(val.args[1 - pos])
+            vec = per_channel(const, channels) if const is not None and graph.const(val.args[pos]) is None else None
+            if vec is not None and (op, pos) in _AFFINE and not (op == "relax.divide" and np.any(vec == 0)):
+                step = (val.args[pos], *_AFFINE[(op, pos)](vec))
+                break
+        if step is None or shape_of(step[0]) != shape_of(cur):
+            break
+        cur, a, b = step
+        scale, shift = scale * a, scale * b + shift
+    if cur.same_as(x) or np.any(scale == 0):
+        return None
+    return cur, scale, shift

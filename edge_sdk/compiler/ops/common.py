@@ -79,15 +79,27 @@ def round_up(n: int, m: int) -> int:
 
 
 def pad_nhwc(x, padding, fill):
-    """NHWC input padded by (top, left, bottom, right) with `fill`, as a compute named "pad" (or x itself)."""
-    if not any(padding):
+    """NHWC input padded by (top, left, bottom, right) with `fill`, as a compute named "pad" (or x itself).
+
+    `fill`: a PrimExpr, or one float per channel (an input affine folded into a conv's weights pads
+    with the value the affine maps to 0: the stem's -shift/scale per RGB channel)."""
+    if not any(padding[:4]):
         return x
-    pt, pl, pb, pr = padding
+    pt, pl, pb, pr = padding[:4]
     n, h, w, c = (int(d) for d in x.shape)
+
+    def border(k):
+        if not isinstance(fill, (tuple, list)):
+            return fill
+        value = tvm.tirx.const(float(fill[-1]), "float32")
+        for ch in range(len(fill) - 2, -1, -1):
+            value = tvm.tirx.Select(k == ch, tvm.tirx.const(float(fill[ch]), "float32"), value)
+        return value
+
     return te.compute(
         (n, h + pt + pb, w + pl + pr, c),
         lambda a, y, z, k: tvm.tirx.if_then_else(
-            tvm.tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl), x[a, y - pt, z - pl, k], fill),
+            tvm.tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl), x[a, y - pt, z - pl, k], border(k)),
         name="pad")
 
 

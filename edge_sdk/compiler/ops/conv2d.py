@@ -25,9 +25,10 @@ from edge_sdk.compiler.ops.common import NO_EPILOGUE, Epilogue, Simd, apply_epil
 # measured on AVX-512 (16 lanes): a half-width (ymm) tile runs ~38 GMAC/s, one or two zmm ~70. NEON
 # keeps its rule (two vectors, one when that avoids padding): its counts were checked per kernel.
 _TILE_COST = {0.5: 1.85, 1: 1.0, 2: 1.0}
-# A padded GEMM's output is sliced to the real channels by a copy (and loses its fused residual add):
-# ~0.5 ns per element here, about as much as 36 multiply-adds of the GEMM.
-_SLICE_COST = 36
+# A padded GEMM's output is sliced to the real channels by a copy (~0.5 ns per element here, as much
+# as ~36 multiply-adds of the GEMM), and a residual add then runs in that copy instead of the epilogue
+# (3136 x 72 -> 24 + residual: 8-wide 140 us; 16-wide 109 us + 96 us for the slice and add).
+_SLICE_COST = 50
 
 
 def choose_nr(simd: Simd, m: int, n: int, k: int = 0) -> int:
@@ -138,12 +139,13 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
 
 def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, epi: Epilogue = NO_EPILOGUE,
                   name="edge_conv2d") -> tvm.tirx.PrimFunc:
-    """NHWC conv over packed weights (cpad/nr, KH, KW, CI, nr); padding = (top, left, bottom, right)."""
+    """NHWC conv over packed weights (cpad/nr, KH, KW, CI, nr); padding = (top, left, bottom, right)
+    with zeros, or (top, left, bottom, right, fills) with one border value per input channel."""
     act, residual = epi.act, epi.residual
     n, h, w_, ci = shape
     kh, kw = kernel
     sh, sw = strides
-    pt, pl, pb, pr = padding
+    pt, pl, pb, pr = padding[:4]
     oh = (h + pt + pb - kh) // sh + 1
     ow = (w_ + pl + pr - kw) // sw + 1
     nr = choose_nr(simd, 2, cpad)
@@ -154,7 +156,7 @@ def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, epi: Epi
     wt = te.placeholder((cpad // nr, kh, kw, ci, nr), "float32", name="W")
     b = te.placeholder((cpad,), "float32", name="bias")
     r = te.placeholder((n, oh, ow, cpad), "float32", name="R") if residual else None
-    xp = pad_nhwc(x, padding, tvm.tirx.const(0.0, "float32"))
+    xp = pad_nhwc(x, padding, padding[4] if len(padding) > 4 else tvm.tirx.const(0.0, "float32"))
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     rc = te.reduce_axis((0, ci), name="rc")
@@ -184,7 +186,7 @@ def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, epi: Epi
     sch.parallel(oo if weights_outer else sch.fuse(la, ly))
     if red:
         sch.decompose_reduction(cb, red[0])
-    if any(padding):
+    if any(padding[:4]):
         pblock = sch.get_sblock("pad")
         pa, py, pz, pc = sch.get_loops(pblock)
         sch.parallel(sch.fuse(pa, py))

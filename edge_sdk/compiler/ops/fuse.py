@@ -16,7 +16,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from edge_sdk.compiler.ops import conv2d as conv_ops
 from edge_sdk.compiler.ops import winograd
-from edge_sdk.compiler.ops.chain import Chain, Graph, ints, match_activation, op_name, shape_of
+from edge_sdk.compiler.ops.chain import Chain, Graph, input_affine, ints, match_activation, op_name, shape_of
 from edge_sdk.compiler.ops.common import Epilogue, Simd, round_up
 from edge_sdk.compiler.ops.depthwise import depthwise_conv2d
 from edge_sdk.compiler.ops.pool import pool2d
@@ -145,10 +145,27 @@ class KernelRewriter(PyExprMutator):
             if tuple(w.shape[:2]) == (1, 1) and common["strides"] == [1, 1] and not any(pad) \
                     and x not in self.claimed:
                 common["x"], gate = self._gate(graph, x, shape)
-            return dict(kind="conv", w=w, gate=gate, **common)
+            head = dict(kind="conv", w=w, gate=gate, **common)
+            return self._fold_input_affine(graph, head)
         if groups == ci and w.shape[2] == 1 and w.shape[3] % ci == 0:  # depth multiplier w.shape[3] // ci
             return dict(kind="dw", w=w.reshape(w.shape[0], w.shape[1], w.shape[3]), **common)
         return None
+
+    def _fold_input_affine(self, graph, head):
+        """A per-channel scale/shift of the conv's input (the model's Rescaling) folds into the
+        weights and the bias; the conv's own border then reads the value the affine maps to 0."""
+        found = input_affine(graph, head["x"], head["shape"][3]) if head["gate"] is None else None
+        if found is None or head["x"] in self.claimed:
+            return head
+        padded = any(head["pad"])
+        fill = tuple(float(v) for v in -found[2] / found[1])
+        if padded and (len(set(fill)) > 1 and len(fill) > 4 or winograd.choose_m(
+                self.simd, head["shape"], head["w"].shape[:2], head["strides"], head["w"].shape[3]) is not None):
+            return head
+        w = head["w"]
+        return {**head, "x": found[0], "w": w * found[1][None, None, :, None],
+                "in_bias": np.einsum("hwio,i->o", w.astype("float64"), found[2]),
+                "pad": list(head["pad"]) + ([fill] if padded else [])}
 
     def _dense_head(self, graph, call):
         shape, w = shape_of(call.args[0]), graph.const(call.args[1])
@@ -200,7 +217,7 @@ class KernelRewriter(PyExprMutator):
         if kind == "pool":
             return self._emit_pool(head, x, out_shape)
         w = (head["w"] * chain.scale.astype("float32")).astype("float32")
-        bias = chain.bias.astype("float32")
+        bias = (chain.bias + head.get("in_bias", 0.0) * chain.scale).astype("float32")
         res = self.visit_expr(chain.residual) if chain.residual is not None else None
         gate = head.get("gate")
         epi = Epilogue(chain.act, res is not None, gate is not None)
