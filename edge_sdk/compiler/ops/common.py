@@ -57,6 +57,14 @@ def largest_divisor(n: int, limit: int) -> int:
     return 1
 
 
+# Scope of the register-tile accumulators (set_scope after compute_at). TVM 0.27 keeps a small constant
+# allocation as a stack alloca only in "global" scope; a "local" one becomes a TVMBackendAllocWorkspace
+# per parallel task, which LLVM cannot promote to registers: the accumulators then round-trip through
+# memory at every branch (A53, per call: depthwise 5x5 28x28x120 1.41 -> 1.21 M instructions, GEMM
+# 12544x16 -> 64 7.08 -> 6.23 M). The compacted tile is allocated inside the parallel loop either way.
+ACC_SCOPE = "global"
+
+
 def vector_width(n: int, limit: int) -> int:
     """The largest power of two <= limit dividing n: the channels one vectorized step handles.
     Measured (AVX-512, depthwise 28x28x120 5x5): a 24-wide step ran 0.71 GMAC/s, an 8-wide one 30.7;

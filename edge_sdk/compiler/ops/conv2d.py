@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 from tvm import s_tir, te
 
-from edge_sdk.compiler.ops.common import NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner, vector_width
+from edge_sdk.compiler.ops.common import ACC_SCOPE, NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner, vector_width
 
 
 # Relative cost per multiply-add of a GEMM tile nr channels wide, by vector width (lanes) and nr / lanes,
@@ -126,7 +126,7 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     outer = [no, mo] if k * npad > m * k else [mo, no]  # keep the bigger operand's panel in cache
     sch.reorder(*outer, mi, ni)
     sch.compute_at(cb, outer[1])
-    sch.set_scope(cb, 0, "local")
+    sch.set_scope(cb, 0, ACC_SCOPE)
     sch.unroll(mi)
     sch.vectorize(ni)
     (ck,) = tile_inner(sch, cb, 2, [mr, nr], [k], vec=True)
@@ -179,7 +179,7 @@ def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, epi: Epi
     outer = [oo, la, ly, zo] if weights_outer else [la, ly, zo, oo]
     sch.reorder(*outer, zi, oi)
     sch.compute_at(cb, outer[-1])
-    sch.set_scope(cb, 0, "local")
+    sch.set_scope(cb, 0, ACC_SCOPE)
     sch.unroll(zi)
     sch.vectorize(oi)
     red = tile_inner(sch, cb, 4, [mr, nr], [kh, kw, ci], vec=True)

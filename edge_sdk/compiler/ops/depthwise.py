@@ -12,7 +12,7 @@ from __future__ import annotations
 import tvm
 from tvm import s_tir, te
 
-from edge_sdk.compiler.ops.common import NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner, vector_width
+from edge_sdk.compiler.ops.common import ACC_SCOPE, NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner, vector_width
 
 
 def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, epi: Epilogue = NO_EPILOGUE,
@@ -52,7 +52,7 @@ def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, epi: Epilog
     ko, ki = sch.split(lk, [None, cv])
     sch.reorder(la, ly, zo, ko, zi, ki)
     sch.compute_at(db, ko)
-    sch.set_scope(db, 0, "local")
+    sch.set_scope(db, 0, ACC_SCOPE)
     sch.unroll(zi)
     sch.vectorize(ki)
     red = tile_inner(sch, db, 4, [wr, cv], [kh, kw], vec=True)
@@ -64,3 +64,4 @@ def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, epi: Epilog
     if any(padding):
         sch.compute_inline(sch.get_sblock("pad"))
     return finish(sch, name, workload=workload)
+

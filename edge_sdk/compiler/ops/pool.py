@@ -8,7 +8,7 @@ from __future__ import annotations
 import tvm
 from tvm import s_tir, te
 
-from edge_sdk.compiler.ops.common import Simd, finish, pad_nhwc, tile_inner, vector_width
+from edge_sdk.compiler.ops.common import ACC_SCOPE, Simd, finish, pad_nhwc, tile_inner, vector_width
 
 
 def pool2d(shape, kind: str, kernel, strides, padding, simd: Simd, *, count_include_pad=False,
@@ -47,7 +47,7 @@ def pool2d(shape, kind: str, kernel, strides, padding, simd: Simd, *, count_incl
     ko, ki = sch.split(lk, [None, cv])
     sch.reorder(la, ly, lz, ko, ki)
     sch.compute_at(ab, ko)
-    sch.set_scope(ab, 0, "local")
+    sch.set_scope(ab, 0, ACC_SCOPE)
     sch.vectorize(ki)
     red = tile_inner(sch, ab, 4, [cv], [kh, kw], vec=True)
     if kh * kw <= 9:
