@@ -1,7 +1,7 @@
 """edge-sdk eval against LiteRT, on a trained classifier and real labelled images.
 
 The model is the digits ResNet18 (tools/train_digits.py trained it on scikit-learn's handwritten digits);
-tools/make_digits_eval.py converted it with TFLite's converter to tests/data/digits_float.tflite and
+tools/make_digits_eval.py converted it with TFLite's converter to tests/data/digits/digits_float.tflite and
 digits_int8_io.tflite (int8 input and output). The images are the 360 held-out digits written as PNGs of
 40..96 px (edge_sdk/evaluation/samples.py), larger than the 32x32 input, so the package's resize runs.
 LiteRT gets the same preprocessed images; for int8 it quantizes them with the file's own input parameters
@@ -71,7 +71,7 @@ def _litert(tflite: Path, images: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_float32_accuracy_within_one_image_of_litert(tmp_path, digits, labels, data_dir, capsys):
-    src = data_dir / "digits_float.tflite"
+    src = data_dir / "digits" / "digits_float.tflite"
     res = _eval(capsys, _compile(src, tmp_path / "f.edgepkg", labels), digits)
     preds, y = _litert(src, digits)
     assert res["images"] == len(y) == 360
@@ -84,7 +84,7 @@ def test_float32_accuracy_within_one_image_of_litert(tmp_path, digits, labels, d
 
 @pytest.mark.qemu
 def test_int8_accuracy_equals_litert_and_qemu_agrees(tmp_path, digits, labels, data_dir, capsys):
-    src = data_dir / "digits_int8_io.tflite"
+    src = data_dir / "digits" / "digits_int8_io.tflite"
     host = _compile(src, tmp_path / "q.edgepkg", labels, "--variant", "int8")
     res = _eval(capsys, host, digits)
     preds, y = _litert(src, digits)

@@ -5,8 +5,8 @@
 
 --tflite writes, from the trained float weights (tools/train_digits.py, edge_sdk/models/weights/digits_float.npz)
 put into tools/make_test_models.py's Keras ResNet18, with TFLite's converter:
-  tests/data/digits_float.tflite     float32
-  tests/data/digits_int8_io.tflite   full int8 with int8 input and output (calibrated on 200 training digits),
+  tests/data/digits/digits_float.tflite     float32
+  tests/data/digits/digits_int8_io.tflite   full int8 with int8 input and output (calibrated on 200 training digits),
                                      so eval exercises the input quantization (digits_int8.tflite, which
                                      train_digits.py writes, keeps float ends)
 They are the LiteRT references of tests/test_eval_litert.py.
@@ -24,7 +24,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
-OUT = {"float": ROOT / "tests" / "data" / "digits_float.tflite", "int8": ROOT / "tests" / "data" / "digits_int8_io.tflite"}
+OUT = {"float": ROOT / "tests" / "data" / "digits" / "digits_float.tflite", "int8": ROOT / "tests" / "data" / "digits" / "digits_int8_io.tflite"}
 
 
 def stage(calib: Path) -> None:
