@@ -85,10 +85,11 @@ class A53:
     taken_branch: int = 1          # ASSUMED: one fetch bubble per taken branch (no public A53 figure)
     # ---- memory (TRM / anchors: BCM2837 L1D 32 KB 4-way, L1I 32 KB 2-way, L2 512 KB 16-way, 64 B)
     l2_hit: float = 13.0           # H&P: Hennessy & Patterson, 6th ed., 2.6: an A53's L1 miss penalty (L2 hit)
-    dram: float = 208.3            # FIT: a demand L2 miss's stall, and per line streamed x line_fills_in_flight
+    dram: float = 223.2            # FIT: a demand L2 miss's stall, and per line streamed x line_fills_in_flight
     store_miss_stalls: bool = False  # ASSUMED: stores drain through the store buffer (TRM 6.4) unstalled
-    # One core streams at most line_fills_in_flight lines per `dram` cycles (Little's law): the
-    # prefetcher's lines ahead (libtiming.so pf_depth 4) and one demand fill. ASSUMED (no A53 figure).
+    # A stream gets at most line_fills_in_flight lines per `dram` cycles (Little's law: the prefetcher's
+    # lines ahead, pf_depth, and one demand fill), and so do all cores together: the memory, not the core,
+    # sets that rate (with dram fitted: 2.0 GB/s at 1.4 GHz, half the LPDDR2's 4.0 GB/s peak). ASSUMED.
     line_fills_in_flight: int = 5
     # ---- the cache model's prefetch and write-streaming rules (simulated in libtiming.so; qemu.py passes them)
     pf_trigger: int = 3            # TRM: A7/A35 TRMs: "a sequence of three data cache misses at a fixed stride"

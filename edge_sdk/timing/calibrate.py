@@ -58,9 +58,8 @@ class _Priced:
         self.work = ~threads.runtime_blocks(pi) if n_threads > 1 else np.ones(len(pi.blocks), dtype=bool)
 
     def cycles(self, c: A53) -> float:
-        line_cycles = 64 / (MEM_GBPS / CLOCK_GHZ)
-        core_line = max(line_cycles, c.dram / c.line_fills_in_flight)
-        terms = {v: thread_terms(cnt, self.bc, c, self.work, core_line) for v, cnt in self.pi.counts.items()}
+        line_cycles = max(64 / (MEM_GBPS / CLOCK_GHZ), c.dram / c.line_fills_in_flight)  # as model.model_profile
+        terms = {v: thread_terms(cnt, self.bc, c, self.work, line_cycles) for v, cnt in self.pi.counts.items()}
         return threads.combine(self.pi, terms, threads_n=self.n, c=c, line_cycles=line_cycles)["modelled_cycles"]
 
 
@@ -103,8 +102,8 @@ def trim(pi: PerInference, keep: float = 0.999, c: A53 = DEFAULT) -> PerInferenc
     which the model leaves out of the threads' work)."""
     n_threads = int(pi.meta.get("threads", 1))
     priced = _Priced(pi, n_threads, c)
-    core_line = max(64 / (MEM_GBPS / CLOCK_GHZ), c.dram / c.line_fills_in_flight)
-    per_block = sum(thread_terms(cnt, priced.bc, c, priced.work, core_line)["per_block"] for cnt in pi.counts.values())
+    line_cycles = max(64 / (MEM_GBPS / CLOCK_GHZ), c.dram / c.line_fills_in_flight)
+    per_block = sum(thread_terms(cnt, priced.bc, c, priced.work, line_cycles)["per_block"] for cnt in pi.counts.values())
     order = np.argsort(-per_block)
     csum = np.cumsum(per_block[order])
     want = np.zeros(len(pi.blocks), dtype=bool)

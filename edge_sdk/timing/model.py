@@ -68,9 +68,10 @@ def model_profile(pi: PerInference, *, threads_n: int = 1, clock_ghz: float, mem
     """The modelled cycles and ms of one inference, with their terms (see module docstring)."""
     bc = cost.block_costs(pi.blocks, pi.pred, c)
     skip = threads.runtime_blocks(pi) if threads_n > 1 else np.zeros(len(pi.blocks), dtype=bool)
-    line_cycles = 64 / (mem_gbps / clock_ghz) if mem_gbps else 0.0  # the memory's cycles for one line
-    core_line = max(line_cycles, c.dram / c.line_fills_in_flight)  # ... and one core's
-    terms = {v: thread_terms(cnt, bc, c, ~skip, core_line) for v, cnt in pi.counts.items()}
+    # cycles per streamed line: the bus's (mem_gbps) or, slower, line_fills_in_flight per dram cycles --
+    # a limit of the memory as a whole, so four cores share it as one does (threads.py)
+    line_cycles = max(64 / (mem_gbps / clock_ghz) if mem_gbps else 0.0, c.dram / c.line_fills_in_flight)
+    terms = {v: thread_terms(cnt, bc, c, ~skip, line_cycles) for v, cnt in pi.counts.items()}
     combined = threads.combine(pi, terms, threads_n=threads_n, c=c, line_cycles=line_cycles)
     total = combined["modelled_cycles"]
     keys = ("issue", "neon", "load_store", "dependency", "branch", "l2_stall", "dram_stall", "bandwidth")

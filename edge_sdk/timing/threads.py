@@ -9,9 +9,12 @@ instructions x its cycles per instruction plus its load misses x their stalls, a
 as long as its slowest thread; a region adds fork_join cycles (a53.A53.fork_join). As for
 instructions, the per-inference figure is (sum over the K=3 run's epochs - sum over K=1's) / 2.
 
-Floor: the DRAM traffic (line fills, prefetches and write-backs) cannot move faster than the
-target's memory bandwidth (targets.Target.mem_gbps): per block for one thread (model.py), and per
-epoch for all threads together, which share it.
+Floor: the DRAM traffic (line fills, prefetches and write-backs) cannot move faster than the memory
+delivers lines (model.py: the bus's mem_gbps, or line_fills_in_flight per dram cycles if slower): per
+block for one thread, and per epoch for all threads together, which share it. (That the cores share
+one stream's rate, rather than each getting it up to the bus peak, was decided after MobileNetV1 and
+ShuffleNetV2 with 4 threads came out 34 % and 22 % fast under the latter; the other nine four-thread
+rows were computed after the change.)
 """
 from __future__ import annotations
 
