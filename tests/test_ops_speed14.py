@@ -375,3 +375,62 @@ def test_stem_with_folded_input_affine_on_pi3_under_qemu():
     mod = stem_net(False)
     x = RNG.uniform(0, 255, (1, 15, 14, 3)).astype("float32")
     close(run_pi3(mod, x), np.asarray(evaluate(mod, x)))
+
+
+def run_prim_pi3(func, arrays, out_shape):
+    """One PrimFunc called from a Relax main (input, p0000, ...), run on pi3 under qemu."""
+    pi3 = get_target("pi3")
+    if shutil.which(pi3.cross_cc) is None or shutil.which("qemu-aarch64") is None:
+        pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
+    from edge_sdk.runtime.execute import LocalRun, run_compiled
+
+    name = func.attrs["global_symbol"]
+    bb = relax.BlockBuilder()
+    xv = relax.Var("input", relax.TensorType(arrays[0].shape, "float32"))
+    pv = [relax.Var(f"p{i:04d}", relax.TensorType(a.shape, "float32")) for i, a in enumerate(arrays[1:])]
+    with bb.function("main", [xv, *pv]):
+        gv = bb.add_func(func, name)
+        bb.emit_func_output(bb.emit(relax.call_tir(gv, [xv, *pv], relax.TensorType(out_shape, "float32"))))
+    ex = tvm.compile(bb.get(), target=pi3.tvm_target())
+    with tempfile.TemporaryDirectory() as d:
+        lib, pfile = Path(d) / "m.so", Path(d) / "params.bin"
+        ex.export_library(str(lib), fcompile=pi3.compiler())
+        tvm.runtime.save_param_dict_to_file({f"p{i:04d}": tvm.runtime.tensor(a) for i, a in enumerate(arrays[1:])},
+                                            str(pfile))
+        res = run_compiled(lib=lib, params=pfile, input=arrays[0], arch="aarch64", emulate_cpu="cortex-a53",
+                           how=LocalRun(warmup=0, repeat=1))
+    assert res.emulated
+    return res.output
+
+
+# rows outer with the row tile packed (K > 64); weight panels blocked over all rows; gated (weights, then
+# the packed input rows)
+PI3_GEMMS = [(37, 72, 24, False), (150, 112, 320, False), (61, 120, 40, True), (9, 72, 40, True)]
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+@pytest.mark.parametrize("m,k,n,gate", PI3_GEMMS)
+def test_gemm_tile_orders_on_pi3_under_qemu(m, k, n, gate):
+    simd = simd_of(get_target("pi3").tvm_target())
+    nr = conv_ops.choose_nr(simd, m, n, k)
+    a, w, b, g = rand(m, k), rand(k, n), rand(n), RNG.uniform(0, 1, k).astype("float32")
+    wp = conv_ops.pack_gemm_weight(w, nr)
+    npad = wp.shape[0] * nr
+    func = conv_ops.gemm(m, k, npad, simd, epi=Epilogue(("hswish",), gate=gate), nr=nr, name="t_pi3_gemm")
+    args = [a, wp, conv_ops.pad_bias(b, npad)] + ([g] if gate else [])
+    out = run_prim_pi3(func, args, (m, npad))[:, :n]
+    close(out, np_act((a.astype("float64") * (g if gate else 1)) @ w + b, ("hswish",)))
+
+
+@pytest.mark.parametrize("m,k,n,gate", PI3_GEMMS + [(200, 112, 672, False)])
+def test_gemm_tile_orders_on_host(host, m, k, n, gate):
+    simd = simd_of(host.tvm_target())
+    nr = conv_ops.choose_nr(simd, m, n, k)
+    a, w, b, g = rand(m, k), rand(k, n), rand(n), RNG.uniform(0, 1, k).astype("float32")
+    wp = conv_ops.pack_gemm_weight(w, nr)
+    npad = wp.shape[0] * nr
+    func = conv_ops.gemm(m, k, npad, simd, epi=Epilogue(("hswish",), gate=gate), nr=nr, name="t_host_gemm")
+    args = [a, wp, conv_ops.pad_bias(b, npad)] + ([g] if gate else [])
+    out = run_prim(func, host, *args, out_shape=(m, npad))[:, :n]
+    close(out, np_act((a.astype("float64") * (g if gate else 1)) @ w + b, ("hswish",)))
