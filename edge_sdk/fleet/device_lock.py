@@ -79,7 +79,10 @@ class _Channel:
     """The holder over SSH: one session channel running lock_command."""
 
     def __init__(self, conn, command: str, wait: float):
-        self.channel = conn.client.get_transport().open_session()
+        transport = conn.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise EOFError("the SSH session is closed")
+        self.channel = transport.open_session()
         self.channel.settimeout(wait + 30)
         self.channel.exec_command(command)
 
@@ -109,8 +112,9 @@ def _acquire(conn, what: str, wait: float):
     try:
         holder = start(lock_command(wait)) if start else _Channel(conn, lock_command(wait), wait)
         got = holder.first_line()
-    except (TimeoutError, OSError, paramiko.SSHException) as e:
-        raise DeviceError(f"device {conn.device}: cannot take the device lock for {what}: {e}") from None
+    except (TimeoutError, OSError, EOFError, paramiko.SSHException) as e:  # paramiko: a bare EOFError on a cut
+        why = str(e) or f"{type(e).__name__}: the connection was lost"
+        raise DeviceError(f"device {conn.device}: cannot take the device lock for {what}: {why}") from None
     if got.strip() != b"locked":
         holder.close()
         raise DeviceError(f"device {conn.device}: another edge-sdk operation held the device lock ({LOCK}) for "

@@ -290,25 +290,29 @@ class Connection:
 
     def readlink(self, remote_path: str) -> str | None:
         """Where the symlink at remote_path points, or None if it is not a link or does not exist."""
-        try:
-            return self.sftp.readlink(remote_path)
-        except OSError:
-            return None
+        return self._ask(f"readlink {remote_path}", lambda: self.sftp.readlink(remote_path), None)
 
     def listdir(self, remote_path: str) -> list[tuple[str, int]]:
         """(name, st_mode) of each entry of a remote folder, links not followed; [] if it cannot be read."""
-        try:
-            return [(a.filename, a.st_mode or 0) for a in self.sftp.listdir_attr(remote_path)]
-        except OSError:
-            return []
+        return self._ask(f"listing {remote_path}", lambda: [
+            (a.filename, a.st_mode or 0) for a in self.sftp.listdir_attr(remote_path)], [])
 
     def read_text(self, remote_path: str) -> str | None:
         """A small remote file's text, or None if it does not exist or cannot be read."""
-        try:
+        def read():
             with self.sftp.open(remote_path, "r") as f:
                 return f.read(1 << 20).decode("utf-8", "replace")
+        return self._ask(f"reading {remote_path}", read, None)
+
+    def _ask(self, what: str, fn, default):
+        """fn()'s answer; `default` where the device says no (OSError: no such file, not a link); a
+        dropped connection (paramiko raises a bare EOFError) is a DeviceError naming the device."""
+        try:
+            return fn()
         except OSError:
-            return None
+            return default
+        except (paramiko.SSHException, EOFError) as e:
+            raise DeviceError(f"device {self.device}: {what}: connection lost: {_why(e, self.io_timeout)}") from None
 
     def _disk_full(self, remote_dir: str, need: int) -> str:
         """The cause SFTP hides: OpenSSH's sftp-server reports ENOSPC as a bare "Failure", so ask
