@@ -68,11 +68,13 @@ def test_exp_approx_is_within_a_few_ulp_over_the_float_range(host):
     assert float(np.max(np.abs(out - ref) / ref)) < 1e-6
 
 
-@pytest.mark.parametrize("act", [("sigmoid",), ("swish",), ("hswish",), ("clip", -0.5, 2.5)])
-def test_activation_matches_numpy(host, act):
+@pytest.mark.parametrize("act,isa", [(("sigmoid",), None), (("swish",), None), (("hswish",), None),
+                                     (("clip", -0.5, 2.5), None), (("sigmoid",), "neon"), (("swish",), "neon")])
+def test_activation_matches_numpy(host, act, isa):
+    """isa "neon": the divide-free form (a Newton reciprocal) the pi3 kernels use, evaluated here."""
     xs = np.concatenate([np.linspace(-100, 100, 4001), [-3, 3, 0, -1e-3, 1e-3]]).astype("float32")
     x = te.placeholder(xs.shape, "float32", name="X")
-    y = te.compute(xs.shape, lambda i: activate(x[i], act), name="Y")
+    y = te.compute(xs.shape, lambda i: activate(x[i], act, isa), name="Y")
     out = run_prim(te.create_prim_func([x, y]).with_attr("global_symbol", "t_act"), host, xs, out_shape=xs.shape)
     np.testing.assert_allclose(out, np_act(xs, act), rtol=1e-6, atol=1e-6)
 

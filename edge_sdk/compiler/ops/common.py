@@ -127,12 +127,12 @@ class Epilogue:
 NO_EPILOGUE = Epilogue()
 
 
-def apply_epilogue(value, bias, act: tuple, residual=None):
+def apply_epilogue(value, bias, act: tuple, residual=None, simd: Simd | None = None):
     """bias add, residual add, then the activation: the ops we fold into a kernel's output write."""
     value = value + bias if bias is not None else value
     if residual is not None:
         value = value + residual
-    return activate(value, act)
+    return activate(value, act, simd.isa if simd is not None else None)
 
 
 # The attribute under which a scheduled kernel carries its unscheduled PrimFunc (the same compute and

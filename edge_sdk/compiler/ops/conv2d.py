@@ -155,7 +155,7 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     c = te.compute((mp, npad), lambda i, j: te.sum(asrc[row(i), rk] * wsrc[j // nr, rk, j % nr], axis=rk),
                    name="C")
     out = te.compute((m, npad), lambda i, j: apply_epilogue(
-        c[i, j], b[j], act, r[i, j] if residual else None), name="out")
+        c[i, j], b[j], act, r[i, j] if residual else None, simd), name="out")
     args = [a, w, b] + ([g] if epi.gate else []) + ([r] if residual else []) + [out]
     sch = s_tir.Schedule(workload := te.create_prim_func(args))
     cb, ob = sch.get_sblock("C"), sch.get_sblock("out")
@@ -207,7 +207,7 @@ def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, epi: Epi
             xp[a, y * sh + ry, col(z) * sw + rx, rc] * wt[o // nr, ry, rx, rc, o % nr], axis=[ry, rx, rc]),
         name="C")
     out = te.compute((n, oh, ow, cpad), lambda a, y, z, o: apply_epilogue(
-        c[a, y, z, o], b[o], act, r[a, y, z, o] if residual else None), name="out")
+        c[a, y, z, o], b[o], act, r[a, y, z, o] if residual else None, simd), name="out")
     args = [x, wt, b] + ([r] if residual else []) + [out]
     sch = s_tir.Schedule(workload := te.create_prim_func(args))
     cb, ob = sch.get_sblock("C"), sch.get_sblock("out")

@@ -43,7 +43,7 @@ def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, epi: Epilog
         lambda a, y, z, k: te.sum(xp[a, y * sh + ry, col(z) * sw + rx, src(k)] * wt[ry, rx, k], axis=[ry, rx]),
         name="D")
     out = te.compute((n, oh, ow, c), lambda a, y, z, k: apply_epilogue(
-        d[a, y, z, k], b[k], act, r[a, y, z, k] if residual else None), name="out")
+        d[a, y, z, k], b[k], act, r[a, y, z, k] if residual else None, simd), name="out")
     args = [x, wt, b] + ([r] if residual else []) + [out]
     sch = s_tir.Schedule(workload := te.create_prim_func(args))
     db, ob = sch.get_sblock("D"), sch.get_sblock("out")

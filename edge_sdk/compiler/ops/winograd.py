@@ -141,7 +141,7 @@ def conv2d_winograd(shape, padding, cpad: int, m: int, simd: Simd, *, epi: Epilo
         at, bx, lambda j: mm[e, j, p, k]), name="Z")
     out = te.compute((n, oh, ow, cpad), lambda a, y, xx, k: apply_epilogue(
         _dot(at, y % m, lambda e: z[e, (y // m) * tw + xx // m, xx % m, k]), b[k], act,
-        r[a, y, xx, k] if residual else None), name="out")
+        r[a, y, xx, k] if residual else None, simd), name="out")
     args = [x, u, b] + ([r] if residual else []) + [out]
     sch = s_tir.Schedule(workload := te.create_prim_func(args))
     _schedule_input(sch, simd, ci)
