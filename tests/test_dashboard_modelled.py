@@ -149,6 +149,27 @@ def test_roofline_peak_follows_the_thread_count(db):
             assert pt["bound_gflops"] == pytest.approx(min(p["peak_gflops"], p["mem_gbps"] * pt["intensity"]))
 
 
+def test_an_emulated_runs_layer_times_are_labelled_and_never_attained_gflops(tmp_path):
+    """Per-layer times of an emulated run are the emulator's: the layer table says so and the roofline
+    draws its points at their bound (hollow), while a device's profiled run gets attained GFLOP/s."""
+    from test_results import LAYERS
+
+    per_layer = [{"name": lyr["name"], "ms": 7.5} for lyr in LAYERS]
+    with ResultsStore(tmp_path / "r.sqlite") as s:
+        for device, target, emulated in (("pi1", "pi3", True), ("loop1", "host", False)):
+            run = run_json(target=target, emulated=emulated, threads=1, per_layer_ms=per_layer)
+            s.record_run(run, manifest("float32", target), device=device)
+        d = chart_data(s)
+    segs = {r["device"]: r["segments"] for r in d["layers"]}
+    assert {x["ms_is"] for x in segs["pi1"]} == {QEMU_WALL}
+    assert {x["ms_is"] for x in segs["loop1"]} == {"measured on the device"}
+    points = {p["device"]: p["points"] for p in d["roofline"]}
+    assert points["pi1"] and not any(pt["measured"] for pt in points["pi1"])
+    assert all(pt["gflops"] == pt["bound_gflops"] for pt in points["pi1"])
+    assert all(pt["measured"] for pt in points["loop1"])
+    assert all(pt["gflops"] == pytest.approx(pt["flops"] / 7.5e6) for pt in points["loop1"])
+
+
 # ------------------------------------------------------------------ the page, in a real headless Chromium
 @pytest.fixture(scope="module")
 def chromium_ok():

@@ -56,6 +56,7 @@ def _layer_rows(run: dict, pkg: dict | None) -> list[dict]:
                       (t["ms"], 0.0) if kind == "conv" else (0.0, t["ms"]))
         rows.append({"name": t["name"], "op": op or "", "kind": kind, "ms": t["ms"], "conv_ms": conv,
                      "glue_ms": glue, "split": "measured" if measured else "op",
+                     "ms_is": QEMU_WALL if run.get("emulated") else "measured on the device",
                      "flops": lyr.get("flops"), "bytes": (lyr["bytes_read"] + lyr["bytes_written"]) if lyr else None,
                      "intensity": lyr.get("intensity")})
     return rows
@@ -195,7 +196,8 @@ def chart_data(store: ResultsStore) -> dict:
         if key not in roofline:
             roofline[key] = _roof_panel(r, pkg)
         panel = roofline[key]
-        timed = {x["name"]: x["ms"] for x in r["per_layer_ms"]}
+        # an emulated run's per-layer times are the emulator's: no attained GFLOP/s from them (hollow points)
+        timed = {} if r["emulated"] else {x["name"]: x["ms"] for x in r["per_layer_ms"]}
         for lyr in pkg["layers"]:
             if lyr["flops"] <= 0:
                 continue

@@ -94,7 +94,8 @@ function drawSpeedup(data, colorOf) {
 function drawLayers(data) {
   const s = section("layers", "Per-layer time: conv vs glue",
     "Each bar is one run, cut into its layers in execution order. Conv: convolutions and dense layers (the bitserial kernels included); glue: everything else (pooling, softmax, standalone quantize/bitpack). " +
-    "A profiled run splits each layer as measured by the runner (a conv layer's fused epilogue and its quantize/bitpack kernels count as glue); other runs give a layer's whole time to its op's kind.");
+    "A profiled run splits each layer as measured by the runner (a conv layer's fused epilogue and its quantize/bitpack kernels count as glue); other runs give a layer's whole time to its op's kind. " +
+    `An emulated Pi's layer times are ${LABELS.qemu_wall}: they show where the emulator spends its time, not a Pi's split.`);
   legend(s, [{ label: "conv (compute layers)", color: KIND_COLOR.conv }, { label: "glue (other layers)", color: KIND_COLOR.glue }]);
   if (!data.layers.length) {
     note(s, "No per-layer profile yet: none of the runs carries per-layer times.");
@@ -111,14 +112,14 @@ function drawLayers(data) {
   const flat = data.layers.flatMap((r) => r.segments.map((x) => ({ ...x, model: r.model, setup: r.setup, variant: r.variant })));
   dataTable(s, "Per-layer time (ms)", RUN_COLS.concat([["layer", (r) => r.name], ["op", (r) => r.op],
     ["kind", (r) => r.kind], ["ms", (r) => r.ms], ["conv ms", (r) => r.conv_ms], ["glue ms", (r) => r.glue_ms],
-    ["split", (r) => r.split]]), flat);
+    ["split", (r) => r.split], ["what the ms are", (r) => r.ms_is]]), flat);
 }
 
 function drawRoofline(data, colorOf) {
   const s = section("roofline", "Roofline per device",
     "Each layer sits at its arithmetic intensity (FLOPs / bytes read and written, from the package manifest) under the target's " +
     "roof: min(peak GFLOP/s, bandwidth × intensity); the peak is that of the cores the run's threads use (a one-thread run: one core's peak). Filled: attained = layer FLOPs / layer time. Hollow: no per-layer time, " +
-    "so the point shows the layer's bound. Integer and bitserial layers count their multiply-adds as FLOPs against the fp32 peak.");
+    "so the point shows the layer's bound; an emulated Pi's points are all hollow (the emulator's time per layer is not a Pi's). Integer and bitserial layers count their multiply-adds as FLOPs against the fp32 peak.");
   if (!data.roofline.length) { note(s, "No roofline yet: no run's package carries a layer table with the target's peaks."); return; }
   legend(s, data.variants.map((v) => ({ label: v.name, color: colorOf(v.name), shape: "dot" }))
     .concat([{ label: "measured (filled)", color: "#444", shape: "dot" }, { label: "bound only (hollow)", color: "#444", shape: "ring" }]));
