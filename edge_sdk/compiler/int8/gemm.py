@@ -7,7 +7,9 @@ padded tail tile (clamped reads, guarded stores). This is the same kernel for in
 - A is the im2col view of the NHWC input (rows = output pixels, columns = (ky, kx, c)), widened to
   int16 once per row tile into a small buffer (padding taps filled with the input zero point, which the
   folded bias cancels exactly as TFLite skips them); for a 1x1 stride-1 conv it is a plain widening copy.
-- Weights are packed in numpy at compile time, already int16 (exact; no widening in the inner loop).
+- Weights are packed in numpy at compile time: int8 for x86 (the package holds 1 byte a weight; the
+  pair step widens them with vpmovsxbw), int16 for this NEON kernel, which gemm8.py's 8-bit kernel
+  replaces wherever it applies (weights in [-127, 127], >= 4 rows).
 - x86 (AVX2): channels in pairs, W (CO/nr, KH, KW, CI/2, nr, 2), and the step is `vpmaddwd`: the pair
   (a[c], a[c+1]) broadcast as one int32 times 8 channels' weight pairs gives 8 int32 partial sums, two
   products each (|a*w| <= 2^14, so exact). TVM does not find pmaddwd itself: the 8x2 step is a tensor
@@ -33,11 +35,11 @@ from tvm.script import tirx as T
 from edge_sdk.compiler.int8 import fixedpoint as fp
 from edge_sdk.compiler.ops.common import Simd, finish, pick_tile, round_up
 
-PMADDWD_8x2 = "edge_int16_pmaddwd_8x2"
+PMADDWD_8x2 = "edge_int16_pmaddwd_8x2_w8"
 
 
 @T.prim_func(s_tir=True)
-def _pmaddwd_desc(a: T.Buffer((2,), "int16", offset_factor=1), b: T.Buffer((8, 2), "int16", offset_factor=1),
+def _pmaddwd_desc(a: T.Buffer((2,), "int16", offset_factor=1), b: T.Buffer((8, 2), "int8", offset_factor=1),
                   c: T.Buffer((8,), "int32", offset_factor=1, scope="local")) -> None:
     with T.sblock("root"):
         T.reads(c[0:8], a[0:2], b[0:8, 0:2])
@@ -50,7 +52,7 @@ def _pmaddwd_desc(a: T.Buffer((2,), "int16", offset_factor=1), b: T.Buffer((8, 2
 
 
 @T.prim_func(s_tir=True)
-def _pmaddwd_impl(a: T.Buffer((2,), "int16", offset_factor=1), b: T.Buffer((8, 2), "int16", offset_factor=1),
+def _pmaddwd_impl(a: T.Buffer((2,), "int16", offset_factor=1), b: T.Buffer((8, 2), "int8", offset_factor=1),
                   c: T.Buffer((8,), "int32", offset_factor=1, scope="local")) -> None:
     with T.sblock("root"):
         T.reads(c[0:8], a[0:2], b[0:8, 0:2])
@@ -59,7 +61,7 @@ def _pmaddwd_impl(a: T.Buffer((2,), "int16", offset_factor=1), b: T.Buffer((8, 2
         c[T.ramp(T.int32(0), 1, 8)] = c[T.ramp(T.int32(0), 1, 8)] + T.call_llvm_pure_intrin(
             T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"),
             T.reinterpret(T.broadcast(pair, 8), dtype="int16x16"),
-            b.vload([0, 0], dtype="int16x16"),
+            T.Cast("int16x16", b.vload([0, 0], dtype="int8x16")),
             dtype="int32x8")
 
 
@@ -126,11 +128,11 @@ def tile_of(simd: Simd, m: int) -> tuple[int, int]:
 
 
 def pack_weight(w_hwio: np.ndarray, nr: int, *, pairs: bool) -> np.ndarray:
-    """(KH, KW, CI, CO) int8 -> int16 (CO/nr, KH, KW, CI/2, nr, 2) with pairs, else (CO/nr, KH, KW, CI, nr);
-    CO padded to nr and (pairs) CI to even, with zero weights."""
+    """(KH, KW, CI, CO) int8 -> int8 (CO/nr, KH, KW, CI/2, nr, 2) with pairs (widened by vpmovsxbw in the
+    step), else int16 (CO/nr, KH, KW, CI, nr); CO padded to nr and (pairs) CI to even, with zero weights."""
     kh, kw, ci, co = w_hwio.shape
     cip, cop = (round_up(ci, 2) if pairs else ci), round_up(co, nr)
-    w = np.zeros((kh, kw, cip, cop), np.int16)
+    w = np.zeros((kh, kw, cip, cop), np.int8 if pairs else np.int16)
     w[:, :, :ci, :co] = w_hwio
     w = w.reshape(kh, kw, cip, cop // nr, nr)
     if pairs:
@@ -241,7 +243,7 @@ def conv_gemm(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom = DENSE, simd: 
     x = te.placeholder(tuple(x_shape), "int8", name="x")
     a = _a16(x, (kh, kw, ci, cip), geom, rq.in_zp, mr=mr, kmajor=kmajor)
     wp = pack_weight(w_hwio, nr, pairs=pairs)
-    wt = te.placeholder(wp.shape, "int16", name="w")
+    wt = te.placeholder(wp.shape, str(wp.dtype), name="w")
     bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
     acc, red = _accumulate(a, wt, (kh, kw, ci, cip), shape=(mp, npad), nr=nr, pairs=pairs)
     lo, hi = rq.act

@@ -17,7 +17,7 @@ import tvm
 from tvm import s_tir, te, tirx
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
-from edge_sdk.compiler.int8 import dwconv, gemm
+from edge_sdk.compiler.int8 import dwconv, gemm, gemm8
 from edge_sdk.compiler.int8.gemm import ConvGeom
 from edge_sdk.compiler.ops.common import Simd, finish, largest_divisor
 from edge_sdk.quant.int8 import Requant, Window
@@ -98,14 +98,17 @@ def _gemm_kernel(x_shape, w_hwio: np.ndarray, bias, rq: Requant, *, geom: ConvGe
         return None
     co = w_hwio.shape[-1]
     b = _folded_bias(bias, w_hwio.reshape(-1, co), rq.in_zp, 0)
-    func, wp, npad = gemm.conv_gemm(x_shape, w_hwio, rq, geom=geom, simd=simd, name=name)
+    m = x_shape[0] if len(x_shape) == 2 else x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
+    if simd.isa == "neon" and geom.out_hw is not None and gemm8.fits(w_hwio, m):
+        func, wp, npad = gemm8.conv_gemm8(x_shape, w_hwio, rq, geom=geom, name=name)
+    else:
+        func, wp, npad = gemm.conv_gemm(x_shape, w_hwio, rq, geom=geom, simd=simd, name=name)
 
     def padded(v):
         out = np.zeros(npad, np.int32)
         out[:co] = v
         return out
 
-    m = x_shape[0] if len(x_shape) == 2 else x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
     return Kernel(func, [wp, padded(b), padded(rq.multiplier), padded(-shift)], (m, npad))
 
 

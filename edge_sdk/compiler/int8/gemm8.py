@@ -1,0 +1,207 @@
+"""aarch64 int8 GEMM on 8-bit operands: `smull`/`smlal2` into 16 bits and `sadalp` into 32 (gemmlowp's
+pre-dotprod kernel), int8 weights read directly from the package.
+
+The A53 has no sdot. The int16 kernel (gemm.py) does 4 multiply-adds per NEON instruction (`smlal v.4s,
+w.4h, a.h[i]`); here one 16-deep step of a (row i, channel j) pair is
+
+    t = smull(a.8b, w.8b); t = smlal2(t, a.16b, w.16b)   8 int16 lanes, two products each
+    acc[i][j] = sadalp(acc[i][j], t)                     4 int32 lanes, four products each
+
+16 multiply-adds in 3 instructions (5.3 per instruction). Two int8 x int8 products fit an int16 lane only
+if they are not both (-128) x (-128): weights must be in [-127, 127] (TFLite's int8 weights are
+symmetric there; `fits` checks, and the caller keeps the int16 kernel otherwise).
+
+Layout: a 4 pixels x 4 channels register tile (16 q accumulators of 4 partial sums each, 4 + 4 q operand
+loads per 16-deep step: 48 multiply instructions for 256 multiply-adds). A is copied per row tile into
+int8 rows (a8[tile, ky, kx, row, c], c padded to 16 with zeros; the padding taps read the input zero
+point, which the folded bias cancels exactly as TFLite skips them); when CI is not a multiple of 16
+and the kernel is not 1x1 (the stem), the whole (ky, kx, c) reduction is one row padded to 16. Weights
+are packed once at compile time the same way, int8 (the package holds 1 byte a weight). The 16-deep
+step is a tensor intrinsic (its body calls llvm.aarch64.neon.smull / saddlp; LLVM fuses the adds into
+smlal2 / sadalp); the epilogue sums each accumulator's 4 lanes, adds the folded bias and runs gemm's
+32-bit requantize.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import s_tir, te, tirx
+from tvm.script import tirx as T
+
+from edge_sdk.compiler.int8 import fixedpoint as fp
+from edge_sdk.compiler.int8.gemm import ConvGeom
+from edge_sdk.compiler.ops.common import finish, round_up
+
+MR = NR = 4
+KB = 16
+SMULL_4x4 = "edge_int8_smull_sadalp_4x4x16"
+
+
+def fits(w: np.ndarray, m: int) -> bool:
+    """Whether the 8-bit kernel applies: no -128 weight (the int16 pair bound) and at least one row tile."""
+    return m >= MR and int(np.min(w)) > -128
+
+
+@T.prim_func(s_tir=True)
+def _desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+    sa, sb, s0, s1 = T.int32(), T.int32(), T.int32(), T.int32()
+    A = T.match_buffer(a, (4, 16), "int8", offset_factor=1, strides=[sa, 1])
+    B = T.match_buffer(b, (4, 16), "int8", offset_factor=1, strides=[sb, 1])
+    C = T.match_buffer(c, (4, 4, 4), "int32", offset_factor=1, scope="local", strides=[s0, s1, 1])
+    with T.sblock("root"):
+        T.reads(C[0:4, 0:4, 0:4], A[0:4, 0:16], B[0:4, 0:16])
+        T.writes(C[0:4, 0:4, 0:4])
+        for i, j, l, h, p in T.grid(4, 4, 4, 2, 2):
+            with T.sblock("update"):
+                vi, vj, vl, vh, vp = T.axis.remap("SSSRR", [i, j, l, h, p])
+                C[vi, vj, vl] = C[vi, vj, vl] + T.Cast("int32", A[vi, vh * 8 + vl * 2 + vp]) * T.Cast(
+                    "int32", B[vj, vh * 8 + vl * 2 + vp])
+
+
+@T.prim_func(s_tir=True)
+def _impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+    sa, sb, s0, s1 = T.int32(), T.int32(), T.int32(), T.int32()
+    A = T.match_buffer(a, (4, 16), "int8", offset_factor=1, strides=[sa, 1])
+    B = T.match_buffer(b, (4, 16), "int8", offset_factor=1, strides=[sb, 1])
+    C = T.match_buffer(c, (4, 4, 4), "int32", offset_factor=1, scope="local", strides=[s0, s1, 1])
+    with T.sblock("root"):
+        T.reads(C[0:4, 0:4, 0:4], A[0:4, 0:16], B[0:4, 0:16])
+        T.writes(C[0:4, 0:4, 0:4])
+        for i in T.unroll(4):
+            for j in T.unroll(4):
+                av = A.vload([i, 0], "int8x16")
+                bv = B.vload([j, 0], "int8x16")
+                lo = T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.smull"),
+                                             T.Shuffle([av], [0, 1, 2, 3, 4, 5, 6, 7]),
+                                             T.Shuffle([bv], [0, 1, 2, 3, 4, 5, 6, 7]), dtype="int16x8")
+                hi = T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.smull"),
+                                             T.Shuffle([av], [8, 9, 10, 11, 12, 13, 14, 15]),
+                                             T.Shuffle([bv], [8, 9, 10, 11, 12, 13, 14, 15]), dtype="int16x8")
+                C[i, j, T.ramp(T.int32(0), 1, 4)] = C[i, j, T.ramp(T.int32(0), 1, 4)] + T.call_llvm_pure_intrin(
+                    T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.saddlp"), lo + hi, dtype="int32x4")
+
+
+def _register() -> None:
+    from tvm.s_tir import TensorIntrin
+
+    if TensorIntrin.get(SMULL_4x4, allow_missing=True) is None:
+        TensorIntrin.register(SMULL_4x4, _desc, _impl)
+
+
+def _dims(kh: int, kw: int, ci: int) -> tuple[int, int, int]:
+    """(R1, R2, C16) of the packed rows: (KH, KW, CI padded to 16), or (1, 1, K padded to 16)."""
+    if kh * kw == 1 or ci % KB == 0:
+        return kh, kw, round_up(ci, KB)
+    return 1, 1, round_up(kh * kw * ci, KB)
+
+
+def pack_weight8(w_hwio: np.ndarray) -> np.ndarray:
+    """(KH, KW, CI, CO) int8 -> int8 (CO/4, R1, R2, 4, C16) (see _dims), zero-padded."""
+    kh, kw, ci, co = w_hwio.shape
+    r1, r2, c16 = _dims(kh, kw, ci)
+    cop = round_up(co, NR)
+    w = np.zeros((cop, r1, r2, c16), np.int8)
+    w_ohwi = w_hwio.transpose(3, 0, 1, 2)
+    if r1 == kh and r2 == kw:
+        w[:co, :, :, :ci] = w_ohwi
+    else:
+        w[:co, 0, 0, :kh * kw * ci] = w_ohwi.reshape(co, -1)
+    return np.ascontiguousarray(w.reshape(cop // NR, NR, r1, r2, c16).transpose(0, 2, 3, 1, 4))
+
+
+def _a8(x, kdims, geom: ConvGeom, in_zp: int):
+    """The packed int8 rows a8[tile, R1, R2, row, C16] of im2col(x): padding taps the zero point, K pad 0."""
+    kh, kw, ci = kdims
+    r1, r2, c16 = _dims(kh, kw, ci)
+    n, h, w_, _ = (int(d) for d in x.shape)
+    oh, ow = geom.out_hw
+    m = n * oh * ow
+    mp = round_up(m, MR)
+    (sh, sw), (dh, dw) = geom.stride, geom.dilation
+    pt, _, pl, _ = geom.pads
+    natural = r1 == kh and r2 == kw
+
+    def val(io, y1, y2, ii, c):
+        i = io * MR + ii
+        i = te.min(i, m - 1) if mp != m else i
+        if natural:
+            ry, rx, cc, valid = y1, y2, c, (c < ci) if c16 != ci else None
+        else:
+            ry, rx, cc, valid = c // (kw * ci), c // ci % kw, c % ci, c < kh * kw * ci
+        a, y, z = i // (oh * ow), i // ow % oh, i % ow
+        yy, xx = y * sh + ry * dh - pt, z * sw + rx * dw - pl
+        v = x[a, yy, xx, cc]
+        if any(geom.pads):
+            v = tirx.if_then_else(tirx.all(yy >= 0, yy < h, xx >= 0, xx < w_), v, tirx.const(in_zp, "int8"))
+        return v if valid is None else tirx.if_then_else(valid, v, tirx.const(0, "int8"))
+
+    return te.compute((mp // MR, r1, r2, MR, c16), val, name="a8"), (r1, r2, c16)
+
+
+def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str):
+    """PrimFunc out (M, COpad) int8 = requant(im2col(x) @ W + bias), x NHWC; the 8-bit NEON tile.
+
+    Returns (func, packed int8 weight, npad). Arguments: x, W, bias, mult, rshift (int32, (npad,))."""
+    kh, kw, ci, co = w_hwio.shape
+    m = x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
+    npad, mp = round_up(co, NR), round_up(m, MR)
+    x = te.placeholder(tuple(x_shape), "int8", name="x")
+    a8, (r1, r2, c16) = _a8(x, (kh, kw, ci), geom, rq.in_zp)
+    wp = pack_weight8(w_hwio)
+    wt = te.placeholder(wp.shape, "int8", name="w")
+    bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
+    ry, rx = te.reduce_axis((0, r1), "ry"), te.reduce_axis((0, r2), "rx")
+    rb, rh, rp = te.reduce_axis((0, c16 // KB), "rb"), te.reduce_axis((0, 2), "rh"), te.reduce_axis((0, 2), "rp")
+
+    def prod(i, j, lane):
+        k = rb * KB + rh * 8 + lane * 2 + rp
+        return (a8[i // MR, ry, rx, i % MR, k].astype("int32")
+                * wt[j // NR, ry, rx, j % NR, k].astype("int32"))
+
+    acc4 = te.compute((mp, npad, 4), lambda i, j, lane: te.sum(prod(i, j, lane), axis=[ry, rx, rb, rh, rp]),
+                      name="acc")
+    biased = te.compute((mp, npad), lambda i, j: acc4[i, j, 0] + acc4[i, j, 1] + acc4[i, j, 2] + acc4[i, j, 3]
+                        + bt[j], name="biased")
+    lo, hi = rq.act
+    out = te.compute((m, npad), lambda i, j: fp.clamp_int8_32(
+        fp.mbqm32(biased[i, j], mt[j], rt_[j]) + tirx.const(rq.out_zp, "int32"), lo, hi), name="out")
+    sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
+    plain = (r1, r2) == (kh, kw) and c16 == ci and not any(geom.pads) and geom.dilation == (1, 1)
+    _schedule(sch, m=m, npad=npad, plain_copy=plain and m % MR == 0)
+    return finish(sch, name), wp, npad
+
+
+def _schedule(sch, *, m: int, npad: int, plain_copy: bool) -> None:
+    """Row tiles x channel tiles (the bigger operand's panel outer), A's rows copied per row tile, the
+    4x4x16 step tensorized under the reduction loops, the lane sums and requantize vectorized over 4."""
+    ab, cb, bb, ob = (sch.get_sblock(n) for n in ("a8", "acc", "biased", "out"))
+    i, j = sch.get_loops(ob)
+    mo, mi = sch.split(i, [None, MR])
+    no, ni = sch.split(j, [None, NR])
+    weights_outer = npad > m  # keep the bigger operand's panel in cache
+    outer = [no, mo] if weights_outer else [mo, no]
+    sch.reorder(*outer, mi, ni)
+    for blk in (bb, cb):
+        sch.compute_at(blk, outer[1])
+        sch.set_scope(blk, 0, "local")
+    bl = sch.get_loops(bb)[2:]
+    sch.unroll(bl[0])
+    sch.vectorize(bl[1])
+    if weights_outer:
+        sch.parallel(sch.get_loops(ab)[0])
+    else:
+        sch.compute_at(ab, outer[0])
+    if plain_copy:  # the rows are slices of x: 16-byte vector copies
+        _, ci16 = sch.split(sch.get_loops(ab)[-1], [None, KB])
+        sch.vectorize(ci16)
+    sch.parallel(outer[0])
+    sch.unroll(mi)
+    sch.vectorize(ni)
+    loops = list(sch.get_loops(cb)[2:])  # mi, ni, lane, ry, rx, rb, rh, rp (unit loops dropped)
+    ci_, cj, cl = loops[:3]
+    rest = loops[3:]
+    rl, (rh, rp) = rest[:-2], rest[-2:]
+    sch.reorder(*rl, ci_, cj, cl, rh, rp)
+    sch.decompose_reduction(cb, rl[0] if rl else ci_)
+    _register()
+    sch.tensorize(ci_, SMULL_4x4)
+
