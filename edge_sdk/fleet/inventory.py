@@ -12,7 +12,8 @@ driver. write_ansible() writes a self-contained folder:
     ansible-playbook -i inventory.ini playbook.yml
 
 The playbook runs the very shell scripts deploy.py runs (EXTRACT_*_SH, SWITCH_SH): same layout,
-same checks (sha256 on the device, golden pair with edge-runner --expect), same atomic switch; a
+same checks (sha256 on the device, the package's signature by a key this machine trusts checked by
+the bundle's verifier on the device, golden pair with edge-runner --expect), same atomic switch; a
 failed package is removed and the previous version stays current. The copy module skips a file
 whose checksum already matches, so an unchanged re-run transfers no package bytes either.
 """
@@ -31,9 +32,11 @@ from edge_sdk.errors import UsageError
 from edge_sdk.fleet.config import Device, Fleet
 from edge_sdk.fleet.deploy import (EXTRACT_PACKAGE_SH, EXTRACT_RUNTIME_SH, PLACE_RUNTIME_SH, SWITCH_SH, LocalBundle,
                                    LocalPackage)
+from edge_sdk.fleet.device_scripts import VERIFY_PACKAGE_SH
 from edge_sdk.fleet.paths import REMOTE_ROOT
 from edge_sdk.fleet.ssh import known_hosts_name
 from edge_sdk.package import MANIFEST, MEMBERS
+from edge_sdk.signing import trusted_file_bytes
 from edge_sdk.targets import get_target
 
 _GROUP = re.compile(r"[^A-Za-z0-9_]")
@@ -85,6 +88,8 @@ PLAYBOOK = """\
             chdir: "~"
         - name: runtime failed
           ansible.builtin.fail: {msg: "runtime {{ bundle.id }} could not be installed on {{ inventory_hostname }}"}
+    - name: the package signers this machine trusts (what the device's verifier accepts)
+      ansible.builtin.copy: {src: files/trusted-keys.json, dest: "~/{{ edge_root }}/runtime/trusted-keys.json", mode: "0644"}
     - name: packages
       ansible.builtin.include_tasks: package.yml
       loop: "{{ packages | selectattr('arch', 'equalto', edge_arch) | list }}"
@@ -116,6 +121,11 @@ PACKAGE_TASKS = """\
         chdir: "~"
         stdin: "{{ pkg.checklist }}"
         stdin_add_newline: false
+    - name: "{{ pkg.name }}: signature by a trusted key, checked on the device"
+      ansible.builtin.command:
+        argv: [sh, -c, "{{ scripts.verify_package }}", sh, "{{ edge_root }}/runtime/{{ bundle.id }}",
+               "{{ edge_root }}/models/{{ pkg.name }}/.{{ pkg.sha256 }}.tmp-ansible", "{{ edge_root }}/runtime/trusted-keys.json"]
+        chdir: "~"
     - name: "{{ pkg.name }}: golden check with the device runtime"
       ansible.builtin.command:
         argv: ["{{ edge_root }}/runtime/{{ bundle.id }}/bin/edge-runner",
@@ -158,8 +168,9 @@ def write_ansible(fleet: Fleet, devices: Sequence[Device], packages: Sequence[Lo
     files.mkdir(parents=True, exist_ok=True)
     for src in [b.archive for b in bundles.values()] + [p.path for p in packages]:
         _link_or_copy(src, files / (src.name if src.suffix == ".gz" else f"{_pkg_sha(src, packages)}.edgepkg"))
+    _write(files / "trusted-keys.json", trusted_file_bytes().decode())
     scripts = {"extract_runtime": EXTRACT_RUNTIME_SH, "place_runtime": PLACE_RUNTIME_SH,
-               "extract_package": EXTRACT_PACKAGE_SH, "switch": SWITCH_SH}
+               "extract_package": EXTRACT_PACKAGE_SH, "verify_package": VERIFY_PACKAGE_SH, "switch": SWITCH_SH}
     for name, text in scripts.items():  # Ansible would template them otherwise
         if any(t in text for t in ("{{", "{%", "{#")):
             raise AssertionError(f"script {name} contains a Jinja delimiter")

@@ -96,3 +96,26 @@ def test_yaml_inventory_lists_the_same_hosts_and_groups(fresh_fleet, known_hosts
     assert "StrictHostKeyChecking=yes" in hv["ansible_ssh_common_args"]
     kh_lines = (tmp_path / "ini" / "known_hosts").read_text().splitlines()
     assert f"[{loop2.ip}]:{loop2.port} {loop2.public_host_key()}" in kh_lines
+
+
+def test_ansible_refuses_a_package_the_device_does_not_trust(fresh_fleet, known_hosts_for, host_package, tmp_path):
+    """The playbook checks the package's signature on the device (the bundle's verify_package.py) before
+    the golden run and the switch: with no trusted key pushed, the package is refused, nothing of it
+    stays installed, and no model becomes current."""
+    kh = known_hosts_for(fresh_fleet)
+    out = tmp_path / "ansible"
+    assert cli_main(["fleet", "inventory", "--format", "ansible", "--fleet", str(fresh_fleet.fleet_yaml),
+                     "--known-hosts", str(kh), "--package", str(host_package), "-o", str(out)]) == 0
+    trusted = json.loads((out / "files" / "trusted-keys.json").read_text())
+    assert trusted["keys"], "the folder carries the keys this machine trusts"
+    (out / "files" / "trusted-keys.json").write_text(json.dumps({**trusted, "keys": []}))
+    run = _playbook(out, "inventory.ini")
+    assert run.returncode != 0
+    assert "refused: untrusted" in run.stdout
+    assert all(r["failed"] == 1 for r in _recap(run.stdout).values())
+    pkg = LocalPackage.load(host_package)
+    for loop in fresh_fleet.devices:
+        models = loop.home / ".edge-sdk" / "models" / pkg.name
+        assert not (models / "current").is_symlink()
+        leftovers = [p.name for p in models.iterdir() if p.name.startswith(".")] if models.exists() else []
+        assert leftovers == []
