@@ -308,12 +308,18 @@ def _nacl_tree(arch: str) -> Path:
         return tree
     wheels = _download(arch, {"pynacl-": PYNACL_VERSION, "cffi-": CFFI_VERSION},
                        [f"pynacl=={PYNACL_VERSION}", f"cffi=={CFFI_VERSION}"])
+    return _unpack(wheels, tree, r"nacl/.*\.py|nacl/_sodium\.abi3\.so|_cffi_backend\.cpython-311-[^/]*\.so")
+
+
+def _unpack(wheels: list[Path], tree: Path, keep: str) -> Path:
+    """The wheels' members whose names match `keep`, unpacked into `tree` (whole or not at all: a
+    temporary folder renamed into place, marked .complete)."""
     tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=tree.parent))
     try:
         for whl in wheels:
             with zipfile.ZipFile(whl) as z:
                 for name in z.namelist():
-                    if re.fullmatch(r"nacl/.*\.py|nacl/_sodium\.abi3\.so|_cffi_backend\.cpython-311-[^/]*\.so", name):
+                    if re.fullmatch(keep, name):
                         z.extract(name, tmp)
         (tmp / ".complete").write_text("\n".join(w.name for w in wheels) + "\n")
         if tree.exists():
@@ -346,23 +352,8 @@ def _wheel_tree(arch: str) -> Path:
     tree = cache_root() / "wheels" / f"{arch}-tvm{TVM_VERSION}-ffi{TVM_FFI_VERSION}-py"
     if (tree / ".complete").exists():
         return tree
-    wheels = _download_wheels(arch)
-    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=tree.parent))
-    try:
-        for whl in wheels:
-            with zipfile.ZipFile(whl) as z:
-                for name in z.namelist():
-                    if re.fullmatch(r"tvm/lib/libtvm_runtime\.so|tvm_ffi/lib/libtvm_ffi(_testing)?\.so|tvm_ffi/include/.*"
-                                    r"|tvm_ffi/.*\.py|tvm_ffi/core\.[^/]*\.so", name):
-                        z.extract(name, tmp)
-        (tmp / ".complete").write_text("\n".join(w.name for w in wheels) + "\n")
-        if tree.exists():
-            shutil.rmtree(tree)
-        os.replace(tmp, tree)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return tree
+    return _unpack(_download_wheels(arch), tree, r"tvm/lib/libtvm_runtime\.so|tvm_ffi/lib/libtvm_ffi(_testing)?\.so"
+                   r"|tvm_ffi/include/.*|tvm_ffi/.*\.py|tvm_ffi/core\.[^/]*\.so")
 
 
 def _download_wheels(arch: str) -> list[Path]:
