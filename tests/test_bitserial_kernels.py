@@ -95,10 +95,12 @@ def _pi3_asm(tmp_path, spec) -> str:
                           capture_output=True, text=True).stdout
 
 
-def test_pi3_kernel_broadcasts_by_lane_and_packs_with_addv(tmp_path):
+def test_pi3_kernel_broadcasts_with_ld1r_and_packs_with_addv(tmp_path):
+    """pi3's A53 tile (schedule.pop_tile) broadcasts each activation word with ld1r (one cycle, as a
+    by-lane dup from a chunk load is, without the chunk's stack copy) and packs with a horizontal add."""
     spec, _, _ = _case(ab=2, wb=1, h=14, w=14, c=128, o=64, k=3, stride=1, word="uint16", glue_bits=2)
     asm = _pi3_asm(tmp_path, spec)
-    assert "\tdup\tv" in asm and ".h[" in asm, "no by-lane broadcast of the activation words"
+    assert "\tld1r\t{v" in asm and ".8h}" in asm, "no broadcast load of the activation words"
     assert "\taddv\th" in asm, "no horizontal add: the bitpack is not vectorized"
 
 

@@ -198,22 +198,26 @@ def _red(sch, name: str) -> dict[str, int]:
     return {k: int(iv.dom.extent) for k, iv in zip(("ry", "rx", "rc"), iters)}
 
 
-def _schedule_popc(sch, *, skip: int, xt: int, fext: int, lanes: int, vectorize: bool, chunks: bool) -> None:
+def _schedule_popc(sch, *, skip: int, xt: int, fext: int, lanes: int, vectorize: bool, chunks: bool,
+                   pt: int | None = None) -> None:
     """The register tile under `skip` loops: taps/words outside, then xt pixels x bit planes (unrolled)
-    x output channels (vector lanes, split into unrolled groups of `lanes`) inside."""
+    x output channels (vector lanes, split into unrolled groups of `lanes`) inside. pt=1 (of
+    a_bits > 1) takes the activation planes outside the reduction: one plane's tile at a time."""
     popc = sch.get_sblock("popc")
     _, _, _, a_bits, w_bits, _ = _shape(sch, "popc")
     red_ext = _red(sch, "popc")
     lp = named_loops(sch, popc, skip=skip, extents={"x": xt, "i": a_bits, "j": w_bits, "f": fext, **red_ext})
     red = [lp[k] for k in ("ry", "rx", "rc") if k in lp]
-    inner = [lp[k] for k in ("x", "i", "j") if k in lp]
+    split_planes = pt is not None and pt < a_bits and "i" in lp
+    inner = [lp[k] for k in (("x", "j") if split_planes else ("x", "i", "j")) if k in lp]
     fo = fi = None
     if "f" in lp:
         if vectorize and fext > lanes and fext % lanes == 0:
             fo, fi = sch.split(lp["f"], [None, lanes])
         else:
             fi = lp["f"]
-    sch.reorder(*([fo] if fo is not None else []), *red, *inner, *([fi] if fi is not None else []))
+    outer = ([fo] if fo is not None else []) + ([lp["i"]] if split_planes else [])
+    sch.reorder(*outer, *red, *inner, *([fi] if fi is not None else []))
     for loop in inner + ([fo] if fo is not None else []):
         sch.unroll(loop)
     if fi is not None and vectorize:
@@ -299,7 +303,20 @@ def _schedule_apop(sch, *, skip: int, xt: int) -> None:
         sch.decompose_reduction(apop, red[0])
 
 
-def schedule_fused(sch, *, xt: int, lanes: int, chunks: bool = False) -> None:
+PAR_MIN_TASKS = 32  # fewer (row, pixel tile) tasks than this: channel groups are parallel tasks too
+
+
+def _few_tasks(sch, *loops) -> bool:
+    """Whether the (n, y, pixel tile) loops give too few parallel tasks to balance four in-order cores
+    (7 rows of a 7x7 layer: 2 rounds of 4 cores, 7/8 busy); then the channel-group loop joins them
+    (apop is recomputed per group: 9 adds per pixel plane, against the group's popc tile)."""
+    n = 1
+    for lp in loops:
+        n *= int(sch.get(lp).extent)
+    return n < PAR_MIN_TASKS
+
+
+def schedule_fused(sch, *, xt: int, lanes: int, chunks: bool = False, pt: int | None = None) -> None:
     """Per (row, pixel tile, group of output words): the popc tile over `lanes` channels (as many
     whole output words as fit), then per word the glue (combine + shift/offset/clip + residual,
     vectorized over the word's channels) and the bitpack; apop once per pixel tile. All tiles are
@@ -317,7 +334,10 @@ def schedule_fused(sch, *, xt: int, lanes: int, chunks: bool = False) -> None:
     planes = has_block(sch, "bits")  # pack_planes: whole words, a vector bitpack
     if not planes:
         sch.unroll(pk)
-    sch.parallel(sch.fuse(pn, py))
+    few = _few_tasks(sch, pn, py, pxo)
+    par = sch.fuse(pn, py, pxo, pwo) if few else sch.fuse(pn, py, pxo)
+    sch.parallel(par)
+    pxo, pwo = par, (par if few else pwo)
     fext = min(o, wbits)
     sch.compute_inline(sch.get_sblock("conv"))
     if planes:
@@ -331,7 +351,7 @@ def schedule_fused(sch, *, xt: int, lanes: int, chunks: bool = False) -> None:
     sch.set_scope(popc, 0, "local")
     sch.compute_at(apop, pxo)
     sch.set_scope(apop, 0, "local")
-    gskip = 4  # fused(n, y), pxo, pwo, pwi
+    gskip = 2 if few else 3  # fused(n, y, pxo[, pwo]), [pwo], pwi
     gl = named_loops(sch, glue, skip=gskip, extents={"x": xt, "f": fext})
     if "f" in gl and full:
         sch.vectorize(gl["f"])
@@ -349,12 +369,12 @@ def schedule_fused(sch, *, xt: int, lanes: int, chunks: bool = False) -> None:
                 sch.unroll(lp)
         sch.decompose_reduction(pack, pk)
         sch.tensorize(pk, pack_intrin(str(sch.get(pack).writes[0].source.dtype)))
-    _schedule_popc(sch, skip=3, xt=xt, fext=fext * group, lanes=lanes, vectorize=full, chunks=chunks)
-    _schedule_apop(sch, skip=2, xt=xt)
+    _schedule_popc(sch, skip=gskip - 1, xt=xt, fext=fext * group, lanes=lanes, vectorize=full, chunks=chunks, pt=pt)
+    _schedule_apop(sch, skip=1, xt=xt)
     _schedule_pcnt(sch)
 
 
-def schedule_int32(sch, *, xt: int, lanes: int, chunks: bool = False) -> None:
+def schedule_int32(sch, *, xt: int, lanes: int, chunks: bool = False, pt: int | None = None) -> None:
     """int32 accumulators out (the unfused graph, shortcut convs): [n*y parallel], x tile, lane group:
     popc tile, then combine vectorized into the output; apop once per pixel tile."""
     conv = sch.get_sblock("conv")
@@ -364,7 +384,10 @@ def schedule_int32(sch, *, xt: int, lanes: int, chunks: bool = False) -> None:
     xo, xi = sch.split(x, [None, xt])
     fo, fi = sch.split(f, [None, vec])
     sch.reorder(n, y, xo, fo, xi, fi)
-    sch.parallel(sch.fuse(n, y))
+    few = _few_tasks(sch, n, y, xo)
+    par = sch.fuse(n, y, xo, fo) if few else sch.fuse(n, y, xo)
+    sch.parallel(par)
+    xo, fo = par, (par if few else fo)
     popc, apop = sch.get_sblock("popc"), sch.get_sblock("apop")
     sch.compute_at(popc, fo)
     sch.set_scope(popc, 0, "local")
@@ -372,6 +395,6 @@ def schedule_int32(sch, *, xt: int, lanes: int, chunks: bool = False) -> None:
     sch.set_scope(apop, 0, "local")
     sch.vectorize(fi)
     sch.unroll(xi)
-    _schedule_popc(sch, skip=3, xt=xt, fext=vec, lanes=lanes, vectorize=vec > 1, chunks=chunks)
-    _schedule_apop(sch, skip=2, xt=xt)
+    _schedule_popc(sch, skip=1 if few else 2, xt=xt, fext=vec, lanes=lanes, vectorize=vec > 1, chunks=chunks, pt=pt)
+    _schedule_apop(sch, skip=1, xt=xt)
     _schedule_pcnt(sch)

@@ -30,9 +30,47 @@ class CpuSchedule:
     pop_xt: int = 2
     pop_bits: int = 512
     chunk_loads: bool = False
+    tile_budget: int = 0
 
 
-SCHEDULES = {"aarch64": CpuSchedule(vec=8, xt=4, chunk_loads=True), "x86_64": CpuSchedule(vec=8, xt=4, word="uint8")}
+# aarch64: the popc tile is chosen per layer by its A53 issue cost (pop_tile); broadcasts by ld1r
+SCHEDULES = {"aarch64": CpuSchedule(vec=8, xt=4, tile_budget=16),
+             "x86_64": CpuSchedule(vec=8, xt=4, word="uint8")}
+
+
+@dataclass(frozen=True)
+class PopTile:
+    """A popc register tile: xt pixels x pt activation planes x `lanes` output channels (x all weight planes)."""
+
+    xt: int
+    pt: int
+    lanes: int
+
+
+def pop_tile(*, ow: int, o: int, a_bits: int, w_bits: int, out_bits: int, budget: int) -> PopTile | None:
+    """The A53 tile (None: no whole-q-register tile fits o) with the fewest overhead cycles per popcount.
+    Per word of the reduction an xt x pt x (lanes/8 q registers) x w_bits tile issues 3 Q-form NEON ops
+    (and, cnt, uadalp: one a cycle, slot 0) per accumulator, one broadcast (ld1r: a vector load, which
+    does not pair with a Q op, 1 cycle) per pixel plane, and two cycles per 128-bit weight load (the
+    64-bit load path). So the overhead per popcount is (xt*pt + 2*q*w_bits) / (xt*pt*q*w_bits), with
+    at most `budget` accumulators (32 NEON registers: the weights, a broadcast and 3 temporaries too).
+    Planes split (pt = 1) when a prime width (7) leaves no other pixel tile. Fused outputs need whole
+    output words (16 channels) per tile."""
+    step = 16 if out_bits else 8
+    if o % step:
+        return None
+    best = None
+    for xt in (d for d in range(1, min(ow, 8) + 1) if ow % d == 0):
+        for pt in sorted({1, a_bits}):
+            for lanes in range(step, o + 1, step):
+                q = lanes // 8
+                acc = xt * pt * q * w_bits
+                if o % lanes or acc > budget:
+                    continue
+                key = ((xt * pt + 2 * q * w_bits) / acc, -acc, -pt)
+                if best is None or key < best[0]:
+                    best = (key, PopTile(xt, pt, lanes))
+    return best[1] if best else None
 
 
 def network_word(arch: str) -> str:
@@ -65,7 +103,12 @@ def schedule_conv2d(func, *, arch: str):
     if popc.has_block(sch, "pad"):  # unipolar with padding: a cheap pass over the small packed input
         pl = sch.get_loops(sch.get_sblock("pad"))
         sch.parallel(sch.fuse(pl[0], pl[1]))
-    if popc.has_block(sch, "popc"):  # unipolar: raw popcounts per bit-plane pair, combined late
+    tile = _model_tile(sch, cfg, ow=ow, o=o)
+    if tile is not None:
+        fused = popc.has_block(sch, "pack")
+        (popc.schedule_fused if fused else popc.schedule_int32)(
+            sch, xt=tile.xt, lanes=tile.lanes, chunks=False, pt=tile.pt)
+    elif popc.has_block(sch, "popc"):  # unipolar: raw popcounts per bit-plane pair, combined late
         lanes = cfg.pop_bits // int(str(sch.get(sch.get_sblock("popc")).writes[0].source.dtype)[4:])
         xt = _divisor(ow, cfg.pop_xt)
         lanes *= cfg.pop_xt // xt  # a prime width (7) gets 1-pixel tiles: widen the channel group instead
@@ -82,6 +125,20 @@ def schedule_conv2d(func, *, arch: str):
     else:
         _schedule_int32(sch, conv, o=o, xt=xt, cfg=cfg)
     return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+
+
+def _model_tile(sch, cfg: CpuSchedule, *, ow: int, o: int) -> PopTile | None:
+    """pop_tile for a unipolar uint16-accumulator conv on a target with a tile budget, else None."""
+    if not cfg.tile_budget or not popc.has_block(sch, "popc") or popc.has_block(sch, "popc8"):
+        return None  # popc8: uint8 words, counted per chunk in uint8 (x86's form)
+    blk = sch.get(sch.get_sblock("popc"))
+    if str(blk.writes[0].source.dtype) != "uint16":
+        return None
+    _, _, _, pa, pw, _ = (int(v) for v in blk.writes[0].source.shape)
+    out_bits = 1 if popc.has_block(sch, "pack") else 0
+    if out_bits and not popc.has_block(sch, "bits"):  # a partial output word: the scalar bitpack path
+        return None
+    return pop_tile(ow=ow, o=o, a_bits=pa, w_bits=pw, out_bits=out_bits, budget=cfg.tile_budget)
 
 
 def _schedule_int32(sch, conv, *, o: int, xt: int, cfg: CpuSchedule) -> None:
