@@ -15,6 +15,13 @@ Runs in the TensorFlow venv (tools/setup_tf_env.sh: torch 2.13.0 CPU, onnx 1.17;
 
 Writes tests/data/issue14/onnx/NAME_opsetN.onnx and NAME_opsetN.npz (x: the NCHW float32 input,
 uniform [-1, 1], seed 0; y: ONNX Runtime's output) and merges op lists into manifest.json there.
+
+    ~/.cache/edge-sdk/venv-tf/bin/python tools/make_issue14_onnx.py --qdq [--only FILE_STEM ...]
+
+quantizes some of those files with onnxruntime.quantization as a user would (quant_pre_process, then
+quantize_static, QuantFormat.QDQ, per-channel int8 weights, int8 activations, MinMax calibration over 16
+seeded inputs uniform [-1, 1]) into tests/data/issue14/onnx/qdq/STEM_qdq.onnx with STEM_qdq.npz (the same
+x; y: ONNX Runtime's output of the QDQ file) and qdq/manifest.json.
 """
 from __future__ import annotations
 
@@ -320,10 +327,66 @@ def export(name: str, net: nn.Module, opset: int) -> dict:
                         "input": [1, 3, SIZE, SIZE], "output": list(y.shape)}}
 
 
+# the QDQ files (--qdq): one float file each, the families' int8 paths (ReLU6 removed by the quantizer,
+# hard-sigmoid/hard-swish squeeze-excite, swish as Sigmoid + Mul, chunk as Slice + channel shuffle, ceil_mode
+# max pools + Concat, ReduceMean); pool_split_ops: average pooling the int8 path cannot express (named error)
+QDQ = ("mobilenet_v2_0.25_64_opset13", "mobilenet_v3_small_0.15_64_opset17", "efficientnet_b0_0.1_64_opset13",
+       "shufflenet_v2_w16_64_opset13", "squeezenet1_1_0.25_64_opset17", "mnasnet_0.1_64_opset17",
+       "pool_split_ops_opset17")
+
+
+def quantize_qdq(stem: str) -> dict:
+    """STEM.onnx -> qdq/STEM_qdq.onnx (+ .npz with ONNX Runtime's output), as onnxruntime's docs do it."""
+    import tempfile
+
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Frames(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(1)
+            self.it = iter([{"input": rng.uniform(-1, 1, (1, 3, SIZE, SIZE)).astype(np.float32)} for _ in range(16)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    src, out = OUT / f"{stem}.onnx", OUT / "qdq" / f"{stem}_qdq.onnx"
+    out.parent.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="qdq-") as tmp:
+        pre, tmp_out = Path(tmp) / "pre.onnx", Path(tmp) / "qdq.onnx"
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+        quantize_static(str(pre), str(tmp_out), Frames(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+        os.replace(tmp_out, out)
+    x = np.load(src.with_suffix(".npz"))["x"]
+    y = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+    np.savez(out.with_suffix(".npz"), x=x, y=y)
+    ops = sorted({n.op_type for n in onnx.load(str(out)).graph.node})
+    print(f"  wrote {out.name} ({out.stat().st_size / 1024:.0f} KiB): {' '.join(ops)}", flush=True)
+    return {out.name: {"from": src.name, "ops": ops, "bytes": out.stat().st_size, "onnxruntime": ort.__version__}}
+
+
+def main_qdq(only: list[str]) -> int:
+    path = OUT / "qdq" / "manifest.json"
+    manifest = json.loads(path.read_text()) if path.exists() else {"files": {}}
+    for stem in QDQ:
+        if not only or stem in only:
+            manifest["files"].update(quantize_qdq(stem))
+    manifest["made_with"] = {"command": "tools/make_issue14_onnx.py --qdq", "calibration": "16 x U(-1, 1), seed 1",
+                             "quantize_static": "QDQ, per_channel, QInt8 activations and weights, MinMax"}
+    path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", action="append", default=[], help="model name(s) to make (repeatable)")
+    ap.add_argument("--qdq", action="store_true", help="write the QDQ files (qdq/) from the float ONNX files")
     args = ap.parse_args(argv)
+    if args.qdq:
+        return main_qdq(args.only)
     for name in args.only:
         if name not in FAMILIES:
             ap.error(f"--only {name}: unknown model; known: {', '.join(FAMILIES)}")

@@ -3,7 +3,8 @@
     .venv/bin/python tools/make_ops_doc.py            # rewrites docs/OPS.md
     .venv/bin/python tools/make_ops_doc.py --check    # exit 1 if docs/OPS.md's op lists are not the code's
 
-Sources: int8 -- edge_sdk.models.tflite_int8.SUPPORTED (our own reader and kernels); float .tflite -- the
+Sources: int8 -- edge_sdk.models.tflite_int8.SUPPORTED (our own reader and kernels); ONNX QDQ --
+edge_sdk.models.onnx_qdq_ops (MAP, BECOMES, REFUSED); float .tflite -- the
 Relax TFLite frontend's converter table; ONNX -- the Relax ONNX frontend's converters per opset 13..18
 and the numpy reference's Relax ops (an ONNX model's golden output comes from it); bitserial -- the zoo's
 binarized models and the LCE ops edge_sdk.models.lce reads. `*` marks the ops that occur in the committed
@@ -74,6 +75,25 @@ def _cols(items, tested: set[str], width: int = 6) -> list[str]:
     return ["| " + " | ".join(r + [""] * (width - len(r))) + " |" for r in rows]
 
 
+def _qdq() -> list[str]:
+    """The ONNX QDQ section: models/onnx_qdq_ops.MAP (each op type and the int8 op it becomes), REFUSED."""
+    import onnx
+
+    from edge_sdk.models.onnx_qdq_ops import BECOMES, MAP, REFUSED
+
+    tested = {n.op_type for p in sorted(REPO.glob("tests/data/**/qdq/*.onnx"))
+              for n in onnx.load(str(p), load_external_data=False).graph.node}  # the QDQ test files only
+    rows = [f"| {k}{' *' if k in tested else ''} | {BECOMES.get(k, '')} |" for k in sorted(MAP)]
+    return ["## int8 from ONNX QDQ (onnxruntime.quantization's quantize_static, QuantFormat.QDQ)", "",
+            "Each float op between DequantizeLinear and QuantizeLinear becomes the int8 op on the right, with",
+            "per-channel int8 weights and int8 activations, and compiles with the same integer kernels. Compiled",
+            "output is bit-exact with our numpy int8 reference of that graph; against ONNX Runtime, which",
+            "requantizes in float where TFLite's arithmetic is fixed-point, each op is within 1 LSB on the same",
+            "int8 input and the test models' outputs within 8 LSB (tests/test_onnx_qdq.py). Not read (an error",
+            "naming the node, its op type and the file, exit code 4): " + "; ".join(REFUSED) + ".", "",
+            "| ONNX op | int8 op |", "|---|---|", *rows, ""]
+
+
 def render() -> str:
     from edge_sdk.models.lce import LCE_OPS
     from edge_sdk.models.tflite_int8 import SUPPORTED
@@ -89,6 +109,7 @@ def render() -> str:
              "", "Bit-exact with LiteRT's reference kernels (BUILTIN_REF). Any other op is an error naming the op,",
              "its index and the file (exit code 4). Ops added for issue 14 (MobileNetV3, EfficientNet, DenseNet,",
              f"ShuffleNetV2 ...): {', '.join(MORE)}.", "", hdr, *_cols(sorted(SUPPORTED), tested["tflite"]), "",
+             *_qdq(),
              "## float32 from .tflite: the Relax TFLite frontend, then our kernels", "",
              "Golden output from LiteRT. Ops the frontend converts:", "", hdr,
              *_cols(_tflite_float(), tested["tflite"]), "",

@@ -67,7 +67,7 @@ def drive_bench(args) -> int:
     _check(args)
     t0 = time.perf_counter()
     with console().status(f"loading {args.model}") as status:
-        model = load_model(args)
+        model = load_model(args, family="auto")  # a full-int8 .tflite or QDQ ONNX file as it is
 
         def progress(msg: str) -> None:
             status.update(f"bench {model.name}: {msg}")

@@ -77,7 +77,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 
 
 def load_model(args, *, family: str = "float"):
-    """The Model a command names: a zoo build or a model file read for the variant family."""
+    """The Model a command names: a zoo build or a model file read for the variant family ("auto", for
+    bench: a full-int8 .tflite or QDQ ONNX file as the int8 variant reads it, any other file as float)."""
     from edge_sdk.models.zoo import ZOO, build_zoo_model
 
     looks_like_file = Path(args.model).suffix in (".tflite", ".onnx") or "/" in args.model

@@ -133,6 +133,43 @@ def load_tflite_int8(path: Path) -> Model:
                  preprocess=pre, source=str(path), options={"input_quantization": spec["quantization"]})
 
 
+def load_onnx_qdq(path: Path) -> Model:
+    """A QDQ ONNX file (onnxruntime.quantization, QuantFormat.QDQ) for the int8 variant: models/onnx_qdq.py
+    maps it onto the Int8Graph the int8 backend compiles; float NCHW input and output, as the file has."""
+    from edge_sdk.models.onnx_qdq import read_qdq_onnx
+
+    spec = read_qdq_onnx(path).input_spec()
+    dims = spec["shape"]
+    if len(dims) != 4 or dims[1] not in (1, 3):
+        raise ModelError(f"{path}: input '{spec['name']}' has shape {dims}; expected an NCHW image (1, 3, H, W)")
+    _, pre = _image_input(path, spec["name"], [dims[0], dims[2], dims[3], dims[1]], spec["dtype"])
+    return Model(name=model_name(path), mod=None, input_name=spec["name"], input_shape=tuple(dims),
+                 input_dtype=spec["dtype"], preprocess=pre, source=str(path), layout="NCHW",
+                 options={"input_quantization": None, "qdq": True})
+
+
+def is_qdq_file(path: Path) -> bool:
+    """An ONNX file with QuantizeLinear/DequantizeLinear on its activations (a ModelError if unreadable)."""
+    import onnx
+
+    from edge_sdk.models.onnx_qdq import is_qdq_onnx
+
+    try:
+        return is_qdq_onnx(onnx.load(str(path), load_external_data=False))
+    except Exception as e:  # noqa: BLE001 - protobuf DecodeError and friends share no base
+        raise ModelError(f"{path}: not a valid ONNX file ({type(e).__name__})") from e
+
+
+def is_int8_file(path: Path) -> bool:
+    """A file the int8 variant reads as it is: a full-integer .tflite or a QDQ ONNX file."""
+    suffix = path.suffix.lower()
+    if suffix == ".tflite":
+        from edge_sdk.models.lce import is_lce_file
+
+        return not is_lce_file(path) and not _is_float_tflite(path)
+    return suffix == ".onnx" and is_qdq_file(path)
+
+
 def _is_float_tflite(path: Path) -> bool:
     """A float .tflite: float32 input and no QUANTIZE op (a full-int8 file has int8 input or a QUANTIZE first)."""
     import tflite
@@ -151,10 +188,13 @@ def _is_float_tflite(path: Path) -> bool:
 
 
 def load_model_file(path: Path, *, family: str = "float") -> Model:
-    """Load a model file for a variant family ("float", "int8", "bitserial")."""
+    """Load a model file for a variant family ("float", "int8", "bitserial"; "auto": int8 for a file the
+    int8 variant reads as it is, full-integer .tflite or QDQ ONNX, else float)."""
     if not path.is_file():
         raise ModelError(f"{path}: no such model file")
     suffix = path.suffix.lower()
+    if family == "auto":
+        family = "int8" if suffix in (".tflite", ".onnx") and is_int8_file(path) else "float"
     if suffix == ".tflite":
         from edge_sdk.models.lce import is_lce_file, load_lce
 
@@ -164,6 +204,12 @@ def load_model_file(path: Path, *, family: str = "float") -> Model:
             return load_tflite(path) if _is_float_tflite(path) else load_tflite_int8(path)
         return load_tflite(path)
     if suffix == ".onnx":
+        if is_qdq_file(path):
+            model = load_onnx_qdq(path)  # names any node the int8 path does not read (QLinearConv ...)
+            if family != "int8":
+                raise ModelError(f"{path}: a quantized (QDQ) ONNX file: the int8 variant compiles it (--variant "
+                                 f"int8); the {family} variants need a float model")
+            return model
         return load_onnx(path)
     raise ModelError(f"{path}: unknown model format '{suffix}' (expected .tflite or .onnx, or a zoo name)")
 

@@ -47,8 +47,9 @@ def _eval_node(node, consts: dict[str, np.ndarray], opset: int):
     return ReferenceEvaluator(model).run(None, {i: consts[i] for i in ins})
 
 
-def fold_static_shapes(proto, opset: int):
-    """A copy of proto with every image-independent node replaced by an initializer."""
+def fold_static_shapes(proto, opset: int, keep: tuple[str, ...] = ()):
+    """A copy of proto with every image-independent node replaced by an initializer (op types in keep
+    stay nodes: a QDQ file's DequantizeLinear of int8 weights must not become float weights)."""
     import onnx
     from onnx import numpy_helper
 
@@ -58,6 +59,9 @@ def fold_static_shapes(proto, opset: int):
     for node in proto.graph.node:
         ins = [i for i in node.input if i]
         value = None
+        if node.op_type in keep:
+            kept.append(node)
+            continue
         if node.op_type == "Shape" and ins and ins[0] in shapes and not node.attribute:
             value = [np.asarray(shapes[ins[0]], np.int64)]
         elif node.op_type == "Constant" or (ins and all(i in consts for i in ins) and node.domain in ("", "ai.onnx")):

@@ -11,13 +11,13 @@ accepted; anything else we cannot compute exactly is a ModelError naming the op,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from edge_sdk.errors import MissingDependency, ModelError
 from edge_sdk.models import tflite_int8_ops as more
+from edge_sdk.models.int8_graph import Int8Graph, Op, Tensor  # the graph (shared with models/onnx_qdq.py)
 from edge_sdk.quant import int8 as q8
 
 SUPPORTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "AVERAGE_POOL_2D", "MAX_POOL_2D",
@@ -26,49 +26,6 @@ SUPPORTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "AVERAGE_
 _DTYPES = {0: "float32", 2: "int32", 3: "uint8", 4: "int64", 7: "int16", 9: "int8"}
 ACT_NAMES = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6"}  # fused_activation_function
 _PAD = {0: "SAME", 1: "VALID"}
-
-
-@dataclass
-class Tensor:
-    index: int
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    q: q8.QParams | None = None
-    data: np.ndarray | None = None  # constants (weights, bias, shapes, paddings)
-
-
-@dataclass
-class Op:
-    index: int
-    kind: str
-    inputs: list[int]
-    outputs: list[int]
-    opts: dict = field(default_factory=dict)
-
-
-@dataclass
-class Int8Graph:
-    path: Path
-    tensors: dict[int, Tensor]
-    ops: list[Op]
-    inputs: list[int]
-    outputs: list[int]
-
-    def input_spec(self) -> dict:
-        """The model input as the manifest records it: shape, dtype and (for int8 input) scale/zero point."""
-        t = self.tensors[self.inputs[0]]
-        spec = {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "quantization": None}
-        if t.dtype == "int8" and t.q is not None:
-            spec["quantization"] = {"scale": t.q.s, "zero_point": t.q.z}
-        return spec
-
-    def output_spec(self) -> dict:
-        t = self.tensors[self.outputs[0]]
-        spec = {"shape": list(t.shape), "dtype": t.dtype, "quantization": None}
-        if t.dtype == "int8" and t.q is not None:
-            spec["quantization"] = {"scale": t.q.s, "zero_point": t.q.z}
-        return spec
 
 
 def _op_names() -> dict[int, str]:
@@ -137,6 +94,10 @@ def _tensor(model, sub, i: int) -> Tensor:
 def read_int8_tflite(path: Path) -> Int8Graph:
     """Parse and validate; every unsupported op, dtype or quantization is a ModelError naming op, index, file."""
     path = Path(path)
+    if path.suffix.lower() == ".onnx":  # an ONNX QDQ file maps onto the same graph (models/onnx_qdq.py)
+        from edge_sdk.models.onnx_qdq import read_qdq_onnx
+
+        return read_qdq_onnx(path)
     try:
         import tflite
     except ImportError as e:  # pragma: no cover - pinned dependency
