@@ -7,9 +7,10 @@ padded tail tile (clamped reads, guarded stores). This is the same kernel for in
 - A is the im2col view of the NHWC input (rows = output pixels, columns = (ky, kx, c)), widened to
   int16 once per row tile into a small buffer (padding taps filled with the input zero point, which the
   folded bias cancels exactly as TFLite skips them); for a 1x1 stride-1 conv it is a plain widening copy.
-- Weights are packed in numpy at compile time: int8 for x86 (the package holds 1 byte a weight; the
-  pair step widens them with vpmovsxbw), int16 for this NEON kernel, which gemm8.py's 8-bit kernel
-  replaces wherever it applies (weights in [-127, 127], >= 4 rows).
+- Weights are packed in numpy at compile time: int8 (the package holds 1 byte a weight; x86's pair
+  step widens them with vpmovsxbw, the vectorized < 8 row tile with sshll), int16 only for the NEON
+  by-lane tile, which gemm8.py's 8-bit kernel replaces wherever it applies (weights in [-127, 127],
+  >= 4 rows).
 - x86 (AVX2): channels in pairs, W (CO/nr, KH, KW, CI/2, nr, 2), and the step is `vpmaddwd`: the pair
   (a[c], a[c+1]) broadcast as one int32 times 8 channels' weight pairs gives 8 int32 partial sums, two
   products each (|a*w| <= 2^14, so exact). TVM does not find pmaddwd itself: the 8x2 step is a tensor
@@ -127,12 +128,13 @@ def tile_of(simd: Simd, m: int) -> tuple[int, int]:
     return pick_tile(m, 6), 16
 
 
-def pack_weight(w_hwio: np.ndarray, nr: int, *, pairs: bool) -> np.ndarray:
-    """(KH, KW, CI, CO) int8 -> int8 (CO/nr, KH, KW, CI/2, nr, 2) with pairs (widened by vpmovsxbw in the
-    step), else int16 (CO/nr, KH, KW, CI, nr); CO padded to nr and (pairs) CI to even, with zero weights."""
+def pack_weight(w_hwio: np.ndarray, nr: int, *, pairs: bool, dtype=None) -> np.ndarray:
+    """(KH, KW, CI, CO) int8 -> (CO/nr, KH, KW, CI/2, nr, 2) with pairs, else (CO/nr, KH, KW, CI, nr);
+    CO padded to nr and (pairs) CI to even, with zero weights. dtype: int8 with pairs (widened by
+    vpmovsxbw in the step), int16 otherwise (the by-lane smlal step reads int16) unless given."""
     kh, kw, ci, co = w_hwio.shape
     cip, cop = (round_up(ci, 2) if pairs else ci), round_up(co, nr)
-    w = np.zeros((kh, kw, cip, cop), np.int8 if pairs else np.int16)
+    w = np.zeros((kh, kw, cip, cop), dtype or (np.int8 if pairs else np.int16))
     w[:, :, :ci, :co] = w_hwio
     w = w.reshape(kh, kw, cip, cop // nr, nr)
     if pairs:
@@ -237,12 +239,13 @@ def conv_gemm(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom = DENSE, simd: 
     pairs = uses_pairs(simd)
     m = x_shape[0] if len(x_shape) == 2 else x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
     mr, nr = tile_of(simd, m)
+    nr = min(nr, round_up(co, 16))  # a lone row over few channels (a classifier): less padding
     npad, mp = round_up(co, nr), round_up(m, mr)
     cip = round_up(ci, 2) if pairs else ci
     kmajor = not pairs and mr == 8 and nr == 8 and kh * kw * ci > 1  # NEON by-lane tile (see module doc)
     x = te.placeholder(tuple(x_shape), "int8", name="x")
     a = _a16(x, (kh, kw, ci, cip), geom, rq.in_zp, mr=mr, kmajor=kmajor)
-    wp = pack_weight(w_hwio, nr, pairs=pairs)
+    wp = pack_weight(w_hwio, nr, pairs=pairs, dtype=np.int16 if kmajor else np.int8)
     wt = te.placeholder(wp.shape, str(wp.dtype), name="w")
     bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
     acc, red = _accumulate(a, wt, (kh, kw, ci, cip), shape=(mp, npad), nr=nr, pairs=pairs)
