@@ -184,10 +184,11 @@ def test_cli_compile_and_run_w1a2(tmp_path, capsys):
     rows = [r for r in m["layers"] if r["op"] == "bitserial_conv2d"]
     assert len(rows) == 19  # 8 blocks x 2 convs + 3 downsample shortcuts
     assert all(r["flops"] > 0 and r["bytes_read"] > 0 and 0 < r["glue"]["share_est"] < 1 for r in rows)
-    # the default stem is float32 (models/binarized.py DEFAULT_STEM): conv + max pool, then quantize+pack
+    # the default stem is float32 (models/binarized.py DEFAULT_STEM): conv, then max pool + quantize + pack
+    # as one kernel (bitserial/io.pool_quantize_pack_prim_func)
     assert [r["op"] for r in m["layers"]][:2] == ["conv2d", "max_pool2d"] and m["layers"][-2]["op"] == "dense"
-    assert m["variant_info"]["stem"] == "float32"
-    assert [r["kernels"][0]["name"] for r in m["layers"][:2]] == ["edge_conv_0", "edge_pool_1"]
+    assert m["variant_info"]["stem"] == "float32" and m["layers"][1]["epilogue"] == ["quantize", "bitpack"]
+    assert [r["kernels"][0]["name"] for r in m["layers"][:2]] == ["edge_conv_0", "bitserial_pool_pack"]
 
 
 def test_int8_stem_rows_have_their_own_kernels():

@@ -147,6 +147,8 @@ class _Emitter:
                                       data_layout="NHWC", kernel_layout="HWIO"), name_hint="conv1")
         y = self.bb.emit(op.add(y, self.const(s.bias)), name_hint="conv1_bias")
         y = self.bb.emit(op.nn.relu(y), name_hint="conv1_relu")
+        if s.pool and self.glue == "fused" and int(y.ty.shape[-1]) % ops.WORD_BITS[self.word] == 0:
+            return self.pool_pack(y, s), None
         if s.pool:
             y = self.bb.emit(op.nn.max_pool2d(y, s.pool, s.pool_stride, padding=s.pool_pad, layout="NHWC"),
                              name_hint="pool")
@@ -158,6 +160,19 @@ class _Emitter:
             return p, None
         q = self.clip(self.quantize_float(y))
         return self.pack(q), q
+
+    def pool_pack(self, y, s):
+        """The float stem's max pool, quantize and bitpack as one kernel (io.pool_quantize_pack_prim_func)."""
+        shape = [int(d) for d in y.ty.shape]
+        func = io.pool_quantize_pack_prim_func(shape, pool=s.pool, stride=s.pool_stride, pad=s.pool_pad,
+                                               bits=self.net.a_bits, step=self.net.step, word=self.word)
+        gv = self.bb.add_func(func.with_attr("global_symbol", "bitserial_pool_pack"), "bitserial_pool_pack")
+        n, h, w, _ = s.out_shape
+        ty = self.relax.TensorType((n, h, w, shape[3] // ops.WORD_BITS[self.word], self.net.a_bits), self.word)
+        var = self.bb.emit(self.relax.call_tir(gv, [y], ty), name_hint="pool")
+        self.aux_rows[var.name] = {"op": "max_pool2d", "flops": n * h * w * shape[3] * s.pool * s.pool,
+                                   "epilogue": ["quantize", "bitpack"]}
+        return var
 
     def quantize_float(self, y):
         """floor(y / step + 1/2) as float ops (step a power of two: exact), before the clip."""

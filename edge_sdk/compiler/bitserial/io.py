@@ -114,3 +114,56 @@ def bitpack_prim_func(shape, *, bits: int, word: str):
     loops = sch.get_loops(sch.get_sblock("pack"))  # n, h, w, word, bit, k
     sch.parallel(sch.fuse(loops[0], loops[1]))
     return sch.mod["main"].with_attrs({"tirx.is_scheduled": True, "op_pattern": 8, "tirx.noalias": True})
+
+
+def pool_quantize_pack_prim_func(shape, *, pool: int, stride: int, pad, bits: int, step: float, word: str):
+    """The float stem's tail as one kernel: max pool (padded taps skipped), quantize (as
+    quantize_pack_compute) and the vector bitpack (popc.pack_planes), per output word under one row loop.
+    Why: the float pool wrote its (N, H/2, W/2, C) float32 output and the default-lowered quantize_pack
+    wrote an int32 copy of it (0.8 MB each at 224) before packing ~3.5 scalar instructions per bit; here
+    only the packed codes leave. Needs whole words (C % word bits == 0): the caller checks."""
+    from tvm import s_tir, te, tirx
+
+    from edge_sdk.compiler.bitserial import popc
+    from edge_sdk.quant.bitserial import conv_out_size, pad4
+
+    n, h, w, c = (int(d) for d in shape)
+    t, l, b, r = pad4(pad)
+    oh, ow = conv_out_size(h, pool, stride, t, b), conv_out_size(w, pool, stride, l, r)
+    x = te.placeholder((n, h, w, c), "float32", name="x")
+    ry, rx = te.reduce_axis((0, pool), "ry"), te.reduce_axis((0, pool), "rx")
+    lowest = tirx.const(-3.0e38, "float32")
+
+    def window(a, y, z, ch):
+        iy, ix = y * stride + ry - t, z * stride + rx - l
+        inside = tirx.all(iy >= 0, iy < h, ix >= 0, ix < w)
+        return te.max(tirx.if_then_else(inside, x[a, iy, ix, ch], lowest), axis=[ry, rx])
+
+    pooled = te.compute((n, oh, ow, c), window, name="pool")
+    qmax, inv = float((1 << bits) - 1), tirx.const(1.0 / step, "float32")
+    q = te.compute(pooled.shape, lambda *i: tirx.max(tirx.min(tirx.floor(pooled[i] * inv + tirx.const(0.5, "float32")),
+                                                               tirx.const(qmax, "float32")),
+                                                     tirx.const(0.0, "float32")).astype("int32"), name="quantize")
+    pack = popc.pack_planes(q, bits=bits, word=word)
+    sch = s_tir.Schedule(te.create_prim_func([x, pack]))
+    pn, py, _px, pw, _pb, pk = sch.get_loops(sch.get_sblock("pack"))
+    sch.parallel(sch.fuse(pn, py))
+    for name in ("bits", "quantize", "pool"):
+        blk = sch.get_sblock(name)
+        sch.compute_at(blk, pw)
+        sch.set_scope(blk, 0, "local")
+    pl = sch.get_loops(sch.get_sblock("pool"))[-3:]  # channels of the word, ry, rx
+    sch.reorder(pl[1], pl[2], pl[0])
+    sch.unroll(pl[1])
+    sch.unroll(pl[2])
+    sch.vectorize(pl[0])
+    sch.decompose_reduction(sch.get_sblock("pool"), pl[1])
+    sch.vectorize(sch.get_loops(sch.get_sblock("quantize"))[-1])
+    bl = sch.get_loops(sch.get_sblock("bits"))
+    sch.unroll(bl[-2])
+    sch.vectorize(bl[-1])
+    if int(sch.get(_pb).extent) > 1:
+        sch.unroll(_pb)
+    sch.decompose_reduction(sch.get_sblock("pack"), pk)
+    sch.tensorize(pk, popc.pack_intrin(word))
+    return sch.mod["main"].with_attrs({"tirx.is_scheduled": True, "op_pattern": 8, "tirx.noalias": True})
