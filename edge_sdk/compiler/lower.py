@@ -14,7 +14,10 @@ Steps (each one a Relax pass over "main"):
    the recorded MetaSchedule schedule instead of ours (edge_sdk/tuning/store.py).
 3. TVM's default CPU legalization + fusion for the small rest (reshape, softmax, add, ...).
 4. lift_params: every tensor constant left in "main" becomes a parameter p0000, p0001, ... in call
-   order, so weights ship in params.bin and the .so holds only code.
+   order, so weights ship in params.bin and the .so holds only code. Weights a kernel reads
+   transformed (Winograd's U = G g G^T, 4x the weights for F(4x4)) ship as stored, lifted before
+   FoldConstant; split_load_transforms adds "infer_transform_params" (the runtime calls it once at
+   load) and "infer" (main without the transforms) next to "main" (issue 13, lean packages).
 5. tvm.compile with the stock dataflow-lowering and VM finalization passes.
 """
 from __future__ import annotations
@@ -26,6 +29,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from edge_sdk.compiler.ops.weight_transform import TRANSFORM_PREFIX
 from edge_sdk.errors import CompileError
 
 # Our kernels replace these; anything else (softmax, reshape, add, ...) keeps TVM's legalization.
@@ -101,33 +105,79 @@ def apply_tuning(mod: tvm.IRModule, records) -> tuple[tvm.IRModule, list[dict]]:
 
 @mutator
 class _ConstLifter(PyExprMutator):
-    """Replace each tensor constant in a function by a fresh parameter, in visiting (call) order."""
+    """Replace each tensor constant in a function by a fresh parameter, in visiting (call) order;
+    `only_transforms`: just the constant arguments of load-time transform calls (weight_transform)."""
 
-    def __init__(self, mod):
+    def __init__(self, mod, *, start: int = 0, only_transforms: bool = False):
         super().__init__(mod)
         self.lifted: list[tuple[relax.Var, np.ndarray]] = []
+        self.start, self.only, self.active = start, only_transforms, not only_transforms
+
+    def visit_call_(self, call):
+        if not self.only or not _is_transform(call):
+            return super().visit_call_(call)
+        self.active = True
+        try:
+            return super().visit_call_(call)
+        finally:
+            self.active = False
 
     def visit_generic_const_(self, const):
-        if len(const.value.shape) == 0:
+        if len(const.value.shape) == 0 or not self.active:
             return const
-        var = relax.Var(f"p{len(self.lifted):04d}", const.ty)
+        var = relax.Var(f"p{self.start + len(self.lifted):04d}", const.ty)
         self.lifted.append((var, const.value.numpy()))
         return var
 
 
-def lift_params(mod: tvm.IRModule) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
-    """main(x) with constants inside -> main(x, p0000, p0001, ...) and the matching params dict."""
+def _is_transform(call) -> bool:
+    return (getattr(call.op, "name", None) == "relax.call_tir"
+            and call.args[0].name_hint.startswith(TRANSFORM_PREFIX))
+
+
+def lift_params(mod: tvm.IRModule, *, only_transforms: bool = False) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
+    """main(x) with constants inside -> main(x, p0000, p0001, ...) and the matching params dict.
+
+    Parameters already lifted (main's "num_input" attribute counts its inputs) keep their names; the
+    new ones continue the numbering. `only_transforms`: lift only the stored weights that a
+    load-time transform reads (before FoldConstant, which would otherwise compute them now)."""
     func = mod["main"]
-    lifter = _ConstLifter(mod)
+    attrs = dict(func.attrs) if func.attrs is not None else {}
+    n_in = int(attrs.get("num_input", len(func.params)))
+    lifter = _ConstLifter(mod, start=len(func.params) - n_in, only_transforms=only_transforms)
     body = lifter.visit_expr(func.body)
     new_params = [v for v, _ in lifter.lifted]
-    attrs = dict(func.attrs) if func.attrs is not None else {}
-    attrs["num_input"] = len(func.params)
+    attrs["num_input"] = n_in
     new = relax.Function(list(func.params) + new_params, body, func.ret_ty, func.is_pure,
                          tvm.ir.make_node("ir.DictAttrs", **attrs))
     out = tvm.IRModule({gv: f for gv, f in mod.functions_items()})
     out["main"] = new
     return out, {v.name: arr for v, arr in lifter.lifted}
+
+
+def split_load_transforms(mod: tvm.IRModule) -> tvm.IRModule:
+    """Add "infer" and "infer_transform_params" next to "main" when main transforms weights.
+
+    infer_transform_params((p0000, ...)) runs the load-time transforms once and returns infer's
+    parameters; infer(x, *those) is main without them. main(x, p0000, ...) is kept as it is."""
+    found = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: found.append(1) if (
+        isinstance(e, relax.Call) and _is_transform(e)) else None)
+    if not found:
+        return mod
+    rest = {gv: f for gv, f in mod.functions_items() if gv.name_hint != "main"}
+    lifted = relax.transform.LiftTransformParams()(_with_infer(rest, mod["main"]))
+    out = tvm.IRModule({gv: f for gv, f in mod.functions_items()}, attrs=mod.attrs)
+    for gv, f in lifted.functions_items():
+        if gv.name_hint in ("infer", "infer_transform_params"):
+            out[gv.name_hint] = f
+    return out
+
+
+def _with_infer(rest: dict, main) -> tvm.IRModule:
+    mod = tvm.IRModule(dict(rest))
+    mod["infer"] = main.with_attr("global_symbol", "infer")
+    return mod
 
 
 def unscheduled_heavy_ops(mod: tvm.IRModule) -> list[str]:
@@ -164,6 +214,7 @@ def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: lis
             mod = prepare(mod)
             emitted: list = []
             mod, counts = rewrite_kernels(mod, tvm_target, emitted=emitted)
+            mod, stored = lift_params(mod, only_transforms=True)  # weights transformed at load
             left = unscheduled_heavy_ops(mod)
             mod, applied = apply_tuning(mod, tuning)
             if tuned is not None:
@@ -182,10 +233,12 @@ def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: lis
                 relax.transform.DeadCodeElimination(["main"]),
             ])(mod)
             mod, params = lift_params(mod)
+            params = {**stored, **params}
         if kernel_sites is not None:
             from edge_sdk.compiler.kernel_map import call_sites
 
-            kernel_sites.extend(call_sites(mod, emitted))
+            kernel_sites.extend(s for s in call_sites(mod, emitted) if not s["name"].startswith(TRANSFORM_PREFIX))
+        mod = split_load_transforms(mod)
         say(f"lifted {len(params)} parameters ({sum(a.nbytes for a in params.values()) / 1e6:.1f} MB)")
         from tvm.relax.backend.cpu_generic import pipeline as cpu
 

@@ -122,9 +122,19 @@ def load(lib: str | os.PathLike, params: str | os.PathLike, *, runtime_lib: str 
         vm = mod["vm_load_executable"]()
         vm["vm_initialization"](1, 0, 2)  # CPU device 0, pooled allocator
         loaded = tvm_ffi.get_global_func("runtime.LoadParamsFromFile")(str(params))
-        main = vm["main"]
+        keys = sorted(str(k) for k in loaded.keys())  # noqa: SIM118 - a tvm_ffi Map, not a dict
+        main, values = _ready(vm, [loaded[k] for k in keys])
     except Exception as e:  # tvm_ffi raises its own error types (TVMError, AttributeError, ...)
         raise LoaderError(f"{lib}: cannot load the model with {params}: {e}") from e
-    keys = sorted(str(k) for k in loaded.keys())  # noqa: SIM118 - a tvm_ffi Map, not a dict
     load_ms = (time.perf_counter() - t0) * 1e3
-    return Model(lib=lib, params=params, vm=vm, main=main, param_values=[loaded[k] for k in keys], load_ms=load_ms)
+    return Model(lib=lib, params=params, vm=vm, main=main, param_values=values, load_ms=load_ms)
+
+
+def _ready(vm, stored: list) -> tuple:
+    """(function to call per inference, its parameters): infer(x, *infer_transform_params(stored))
+    when the package stores weights untransformed (Winograd's U is made here, once), else main."""
+    try:
+        transform, infer = vm["infer_transform_params"], vm["infer"]
+    except AttributeError:  # tvm_ffi: a VM module without that function
+        return vm["main"], stored
+    return infer, list(transform(stored))

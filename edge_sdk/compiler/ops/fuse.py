@@ -20,6 +20,7 @@ from edge_sdk.compiler.ops.chain import Chain, Graph, input_affine, ints, match_
 from edge_sdk.compiler.ops.common import Epilogue, Simd, round_up
 from edge_sdk.compiler.ops.depthwise import depthwise_conv2d
 from edge_sdk.compiler.ops.pool import pool2d
+from edge_sdk.compiler.ops.weight_transform import TRANSFORM_PREFIX, winograd_weight
 
 @mutator
 class KernelRewriter(PyExprMutator):
@@ -209,6 +210,18 @@ class KernelRewriter(PyExprMutator):
         self.emitted.append((self._layer, self.kernels[key].name_hint))
         return self.kernels[key]
 
+    def _wino_weight(self, w: np.ndarray, m: int, nr: int):
+        """U = G w G^T as a call on the stored weights, lifted to run once at load (lower.py)."""
+        ci, co = w.shape[2], w.shape[3]
+        key = ("wino_wt", ci, co, m, nr)
+        if key not in self.kernels:  # not in `emitted`: it runs at load, in no layer's inference
+            name = f"{TRANSFORM_PREFIX}_{len(self.kernels)}"
+            self.kernels[key] = self.builder_.add_func(
+                winograd_weight(ci, co, m, nr, lanes=self.simd.lanes, name=name), name)
+        shape = (m + 2, m + 2, round_up(co, nr) // nr, ci, nr)
+        return self.builder_.emit(relax.call_tir(self.kernels[key], [relax.const(w)],
+                                                 relax.TensorType(shape, "float32")))
+
     def _emit(self, head, chain, out_shape):
         kind = head["kind"]
         self._layer = head["layer"]
@@ -285,14 +298,14 @@ class KernelRewriter(PyExprMutator):
             key = ("conv_winograd", head["shape"], tuple(head["pad"]), cpad, nr, wino_m, epi.act, epi.residual)
             gv = self._kernel(key, lambda name: winograd.conv2d_winograd(
                 head["shape"], head["pad"], cpad, wino_m, self.simd, epi=epi, nr=nr, name=name))
-            wpack = winograd.transform_weight(w, wino_m, nr)
+            wpack = self._wino_weight(w, wino_m, nr)
         else:
             key = ("conv", head["shape"], tuple(w.shape[:2]), tuple(head["strides"]), tuple(head["pad"]),
                    cpad, epi.act, epi.residual)
             gv = self._kernel(key, lambda name: conv_ops.conv2d_direct(
                 head["shape"], w.shape[:2], head["strides"], head["pad"], cpad, self.simd, epi=epi, name=name))
-            wpack = conv_ops.pack_conv_weight(w, nr)
-        args = [x, relax.const(wpack), relax.const(conv_ops.pad_bias(bias, cpad))]
+            wpack = relax.const(conv_ops.pack_conv_weight(w, nr))
+        args = [x, wpack, relax.const(conv_ops.pad_bias(bias, cpad))]
         if res is not None:
             args.append(res)
         n, oh, ow, _ = out_shape
