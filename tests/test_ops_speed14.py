@@ -106,13 +106,36 @@ def same(size, k, s):
     ((1, 7, 7, 40), 7, 2, ("none",)),
 ])
 def test_depthwise_remainders_match_numpy(host, shape, k, s, act):
+    check_depthwise(shape, k, s, act, lambda f, *a, out_shape: run_prim(f, host, *a, out_shape=out_shape),
+                    simd_of(host.tvm_target()))
+
+
+# wide tiles: the channel blocks go outside the pixels (depthwise._channels_outer); 5x5 stride 1 with a
+# pixel tail, 3x3 stride 2 with odd sizes
+DW_CHANNELS_OUTER = [((1, 9, 10, 240), 5, 1, ("swish",)), ((1, 11, 9, 200), 3, 2, ("hswish",))]
+
+
+@pytest.mark.parametrize("shape,k,s,act", DW_CHANNELS_OUTER)
+def test_depthwise_channels_outer_matches_numpy(host, shape, k, s, act):
+    check_depthwise(shape, k, s, act, lambda f, *a, out_shape: run_prim(f, host, *a, out_shape=out_shape),
+                    simd_of(host.tvm_target()))
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+@pytest.mark.parametrize("shape,k,s,act", DW_CHANNELS_OUTER + [((1, 15, 13, 72), 5, 2, ("relu",))])
+def test_depthwise_on_pi3_under_qemu_matches_numpy(shape, k, s, act):
+    check_depthwise(shape, k, s, act, lambda f, *a, out_shape: run_prim_pi3(f, list(a), out_shape),
+                    simd_of(get_target("pi3").tvm_target()))
+
+
+def check_depthwise(shape, k, s, act, run, simd):
     pt, pb = same(shape[1], k, s)
     pl, pr = same(shape[2], k, s)
     x, w, b = rand(*shape), rand(k, k, shape[3]), rand(shape[3])
-    func = depthwise_conv2d(shape, (k, k), (s, s), (pt, pl, pb, pr), simd_of(host.tvm_target()),
-                            epi=Epilogue(act), name="t_dw")
+    func = depthwise_conv2d(shape, (k, k), (s, s), (pt, pl, pb, pr), simd, epi=Epilogue(act), name="t_dw")
     ref = np_act(ref_dw(x, w, b, (s, s), (pt, pl, pb, pr)), act)
-    close(run_prim(func, host, x, w, b, out_shape=ref.shape), ref)
+    close(run(func, x, w, b, out_shape=ref.shape), ref)
 
 
 def test_vector_width_is_a_power_of_two_dividing_the_channels():
