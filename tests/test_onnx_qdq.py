@@ -22,6 +22,11 @@ QDQ = Path(__file__).parent / "data" / "issue14" / "onnx" / "qdq"
 FILES = sorted(p for p in QDQ.glob("*_qdq.onnx") if not p.stem.startswith("pool_split_ops"))
 UNSUPPORTED = QDQ / "pool_split_ops_opset17_qdq.onnx"
 OUTPUT_LSB = 8
+# compiled for the host (slow: 65-110 s each on the loaded shared machine, EfficientNet's 65 swish tables 370 s):
+# the new paths -- hard-sigmoid + squeeze-excite, Slice + channel shuffle + Concat, ceil_mode MaxPool + Concat
+# requantized; the other files' ops are the same int8 kernels, their mapping is checked per op above
+HOST = [QDQ / f"{n}_qdq.onnx" for n in ("mobilenet_v3_small_0.15_64_opset17", "shufflenet_v2_w16_64_opset13",
+                                       "squeezenet1_1_0.25_64_opset17")]
 
 
 def _ort(path: Path, x: np.ndarray, *, outputs: bool = False):
@@ -123,7 +128,7 @@ def _compile_run(path: Path, target: str, tmp_path: Path, x: np.ndarray) -> np.n
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", HOST, ids=lambda p: p.stem)
 def test_compiled_host_equals_reference(path, tmp_path):
     from edge_sdk.models.onnx_qdq import read_qdq_onnx
     from edge_sdk.quant.tflite_int8_ref import run_reference
@@ -141,7 +146,8 @@ def test_compiled_host_equals_reference(path, tmp_path):
                     reason="needs g++-aarch64-linux-gnu and qemu-user")
 @pytest.mark.parametrize("name", ["mobilenet_v3_small_0.15_64_opset17_qdq"])
 def test_compiled_pi3_under_qemu_equals_reference(name, tmp_path):
-    """Hard-sigmoid (re-labelled ADD), squeeze-excite MUL, the NCHW -> NHWC TRANSPOSE, PAD before stride-2 convs."""
+    """Hard-sigmoid (re-labelled ADD), squeeze-excite MUL, the NCHW -> NHWC TRANSPOSE, PAD before stride-2 convs
+    (246 s on the loaded shared machine)."""
     from edge_sdk.models.onnx_qdq import read_qdq_onnx
     from edge_sdk.quant.tflite_int8_ref import run_reference
 
