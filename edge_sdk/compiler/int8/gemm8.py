@@ -13,13 +13,14 @@ symmetric there; `fits` checks, and the caller keeps the int16 kernel otherwise)
 
 Layout: a 4 pixels x 4 channels register tile (16 q accumulators of 4 partial sums each, 4 + 4 q operand
 loads per 16-deep step: 48 multiply instructions for 256 multiply-adds). A is copied per row tile into
-int8 rows (a8[tile, ky, kx, row, c], c padded to 16 with zeros; the padding taps read the input zero
-point, which the folded bias cancels exactly as TFLite skips them); when CI is not a multiple of 16
-and the kernel is not 1x1 (the stem), the whole (ky, kx, c) reduction is one row padded to 16. Weights
-are packed once at compile time the same way, int8 (the package holds 1 byte a weight). The 16-deep
-step is a tensor intrinsic (its body calls llvm.aarch64.neon.smull / saddlp; LLVM fuses the adds into
-smlal2 / sadalp); the epilogue sums each accumulator's 4 lanes, adds the folded bias and runs gemm's
-32-bit requantize.
+int8 rows of (ky, kx, c), c padded to 16 with zeros, cut in 16-byte blocks (a8[tile, block, row, 16]);
+the padding taps read the input zero point, which the folded bias cancels exactly as TFLite skips them;
+when CI is not a multiple of 16 and the kernel is not 1x1 (the stem), the whole (ky, kx, c) row is
+padded to 16 instead. Weights are packed once at compile time the same way, int8 (the package holds 1
+byte a weight). The 16-deep step is a tensor intrinsic (its body calls llvm.aarch64.neon.smull /
+saddlp; LLVM fuses the adds into smlal2 / sadalp), one reduction loop over all blocks, 4 steps
+unrolled; the epilogue sums each accumulator's 4 lanes (addp, a second intrinsic, so the accumulators
+stay whole q registers), adds the folded bias and runs gemm's 32-bit requantize.
 """
 from __future__ import annotations
 
@@ -29,11 +30,12 @@ from tvm.script import tirx as T
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
 from edge_sdk.compiler.int8.gemm import ConvGeom
-from edge_sdk.compiler.ops.common import finish, round_up
+from edge_sdk.compiler.ops.common import ACC_SCOPE, finish, largest_divisor, round_up
 
 MR = NR = 4
 KB = 16
 SMULL_4x4 = "edge_int8_smull_sadalp_4x4x16"
+LANE_SUM_4 = "edge_int32_lane_sum_addp_4x4"
 
 
 def fits(w: np.ndarray, m: int) -> bool:
@@ -46,7 +48,7 @@ def _desc(a: T.handle, b: T.handle, c: T.handle) -> None:
     sa, sb, s0, s1 = T.int32(), T.int32(), T.int32(), T.int32()
     A = T.match_buffer(a, (4, 16), "int8", offset_factor=1, strides=[sa, 1])
     B = T.match_buffer(b, (4, 16), "int8", offset_factor=1, strides=[sb, 1])
-    C = T.match_buffer(c, (4, 4, 4), "int32", offset_factor=1, scope="local", strides=[s0, s1, 1])
+    C = T.match_buffer(c, (4, 4, 4), "int32", offset_factor=1, strides=[s0, s1, 1])
     with T.sblock("root"):
         T.reads(C[0:4, 0:4, 0:4], A[0:4, 0:16], B[0:4, 0:16])
         T.writes(C[0:4, 0:4, 0:4])
@@ -62,7 +64,7 @@ def _impl(a: T.handle, b: T.handle, c: T.handle) -> None:
     sa, sb, s0, s1 = T.int32(), T.int32(), T.int32(), T.int32()
     A = T.match_buffer(a, (4, 16), "int8", offset_factor=1, strides=[sa, 1])
     B = T.match_buffer(b, (4, 16), "int8", offset_factor=1, strides=[sb, 1])
-    C = T.match_buffer(c, (4, 4, 4), "int32", offset_factor=1, scope="local", strides=[s0, s1, 1])
+    C = T.match_buffer(c, (4, 4, 4), "int32", offset_factor=1, strides=[s0, s1, 1])
     with T.sblock("root"):
         T.reads(C[0:4, 0:4, 0:4], A[0:4, 0:16], B[0:4, 0:16])
         T.writes(C[0:4, 0:4, 0:4])
@@ -80,11 +82,42 @@ def _impl(a: T.handle, b: T.handle, c: T.handle) -> None:
                     T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.saddlp"), lo + hi, dtype="int32x4")
 
 
+@T.prim_func(s_tir=True)
+def _sum_desc(c: T.handle, d: T.handle) -> None:
+    s0 = T.int32()
+    C = T.match_buffer(c, (4, 4), "int32", offset_factor=1, strides=[s0, 1])
+    D = T.match_buffer(d, (4,), "int32", offset_factor=1)
+    with T.sblock("root"):
+        T.reads(D[0:4], C[0:4, 0:4])
+        T.writes(D[0:4])
+        for j, lane in T.grid(4, 4):
+            with T.sblock("update"):
+                vj, vl = T.axis.remap("SR", [j, lane])
+                D[vj] = D[vj] + C[vj, vl]
+
+
+@T.prim_func(s_tir=True)
+def _sum_impl(c: T.handle, d: T.handle) -> None:
+    s0 = T.int32()
+    C = T.match_buffer(c, (4, 4), "int32", offset_factor=1, strides=[s0, 1])
+    D = T.match_buffer(d, (4,), "int32", offset_factor=1)
+    with T.sblock("root"):
+        T.reads(D[0:4], C[0:4, 0:4])
+        T.writes(D[0:4])
+        D[T.ramp(T.int32(0), 1, 4)] = D[T.ramp(T.int32(0), 1, 4)] + T.call_llvm_pure_intrin(
+            T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.addp"),
+            T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.addp"), C.vload([0, 0], "int32x4"), C.vload([1, 0], "int32x4"), dtype="int32x4"),
+            T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.addp"), C.vload([2, 0], "int32x4"), C.vload([3, 0], "int32x4"), dtype="int32x4"),
+            dtype="int32x4")
+
+
 def _register() -> None:
     from tvm.s_tir import TensorIntrin
 
     if TensorIntrin.get(SMULL_4x4, allow_missing=True) is None:
         TensorIntrin.register(SMULL_4x4, _desc, _impl)
+    if TensorIntrin.get(LANE_SUM_4, allow_missing=True) is None:
+        TensorIntrin.register(LANE_SUM_4, _sum_desc, _sum_impl)
 
 
 def _dims(kh: int, kw: int, ci: int) -> tuple[int, int, int]:
@@ -95,7 +128,8 @@ def _dims(kh: int, kw: int, ci: int) -> tuple[int, int, int]:
 
 
 def pack_weight8(w_hwio: np.ndarray) -> np.ndarray:
-    """(KH, KW, CI, CO) int8 -> int8 (CO/4, R1, R2, 4, C16) (see _dims), zero-padded."""
+    """(KH, KW, CI, CO) int8 -> int8 (CO/4, NB, 4, 16): the (R1, R2, C16) rows of _dims cut in NB 16-byte
+    blocks, 4 channels' blocks side by side; zero-padded."""
     kh, kw, ci, co = w_hwio.shape
     r1, r2, c16 = _dims(kh, kw, ci)
     cop = round_up(co, NR)
@@ -105,11 +139,13 @@ def pack_weight8(w_hwio: np.ndarray) -> np.ndarray:
         w[:co, :, :, :ci] = w_ohwi
     else:
         w[:co, 0, 0, :kh * kw * ci] = w_ohwi.reshape(co, -1)
-    return np.ascontiguousarray(w.reshape(cop // NR, NR, r1, r2, c16).transpose(0, 2, 3, 1, 4))
+    nb = r1 * r2 * c16 // KB
+    return np.ascontiguousarray(w.reshape(cop // NR, NR, nb, KB).transpose(0, 2, 1, 3))
 
 
 def _a8(x, kdims, geom: ConvGeom, in_zp: int):
-    """The packed int8 rows a8[tile, R1, R2, row, C16] of im2col(x): padding taps the zero point, K pad 0."""
+    """The packed int8 rows a8[tile, NB, row, 16] of im2col(x) (pack_weight8's blocks): padding taps the
+    zero point, the K pad 0."""
     kh, kw, ci = kdims
     r1, r2, c16 = _dims(kh, kw, ci)
     n, h, w_, _ = (int(d) for d in x.shape)
@@ -119,13 +155,16 @@ def _a8(x, kdims, geom: ConvGeom, in_zp: int):
     (sh, sw), (dh, dw) = geom.stride, geom.dilation
     pt, _, pl, _ = geom.pads
     natural = r1 == kh and r2 == kw
+    cb = c16 // KB
 
-    def val(io, y1, y2, ii, c):
+    def val(io, b, ii, t):
         i = io * MR + ii
         i = te.min(i, m - 1) if mp != m else i
         if natural:
-            ry, rx, cc, valid = y1, y2, c, (c < ci) if c16 != ci else None
+            c = b % cb * KB + t if cb > 1 else t
+            ry, rx, cc, valid = b // (kw * cb), b // cb % kw, c, (c < ci) if c16 != ci else None
         else:
+            c = b * KB + t
             ry, rx, cc, valid = c // (kw * ci), c // ci % kw, c % ci, c < kh * kw * ci
         a, y, z = i // (oh * ow), i // ow % oh, i % ow
         yy, xx = y * sh + ry * dh - pt, z * sw + rx * dw - pl
@@ -134,7 +173,8 @@ def _a8(x, kdims, geom: ConvGeom, in_zp: int):
             v = tirx.if_then_else(tirx.all(yy >= 0, yy < h, xx >= 0, xx < w_), v, tirx.const(in_zp, "int8"))
         return v if valid is None else tirx.if_then_else(valid, v, tirx.const(0, "int8"))
 
-    return te.compute((mp // MR, r1, r2, MR, c16), val, name="a8"), (r1, r2, c16)
+    nb = r1 * r2 * cb
+    return te.compute((mp // MR, nb, MR, KB), val, name="a8"), nb, natural and c16 == ci
 
 
 def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str):
@@ -145,44 +185,43 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str):
     m = x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
     npad, mp = round_up(co, NR), round_up(m, MR)
     x = te.placeholder(tuple(x_shape), "int8", name="x")
-    a8, (r1, r2, c16) = _a8(x, (kh, kw, ci), geom, rq.in_zp)
+    a8, nb, plain = _a8(x, (kh, kw, ci), geom, rq.in_zp)
     wp = pack_weight8(w_hwio)
     wt = te.placeholder(wp.shape, "int8", name="w")
     bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
-    ry, rx = te.reduce_axis((0, r1), "ry"), te.reduce_axis((0, r2), "rx")
-    rb, rh, rp = te.reduce_axis((0, c16 // KB), "rb"), te.reduce_axis((0, 2), "rh"), te.reduce_axis((0, 2), "rp")
+    rb, rh, rp = te.reduce_axis((0, nb), "rb"), te.reduce_axis((0, 2), "rh"), te.reduce_axis((0, 2), "rp")
 
     def prod(i, j, lane):
-        k = rb * KB + rh * 8 + lane * 2 + rp
-        return (a8[i // MR, ry, rx, i % MR, k].astype("int32")
-                * wt[j // NR, ry, rx, j % NR, k].astype("int32"))
+        t = rh * 8 + lane * 2 + rp
+        return a8[i // MR, rb, i % MR, t].astype("int32") * wt[j // NR, rb, j % NR, t].astype("int32")
 
-    acc4 = te.compute((mp, npad, 4), lambda i, j, lane: te.sum(prod(i, j, lane), axis=[ry, rx, rb, rh, rp]),
-                      name="acc")
-    biased = te.compute((mp, npad), lambda i, j: acc4[i, j, 0] + acc4[i, j, 1] + acc4[i, j, 2] + acc4[i, j, 3]
-                        + bt[j], name="biased")
+    acc4 = te.compute((mp, npad, 4), lambda i, j, lane: te.sum(prod(i, j, lane), axis=[rb, rh, rp]),
+                      name="acc")  # 4 partial sums per output: one q register each
+    rl = te.reduce_axis((0, 4), "rl")
+    acc = te.compute((mp, npad), lambda i, j: te.sum(acc4[i, j, rl], axis=rl), name="lanesum")
+    biased = te.compute((mp, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
     lo, hi = rq.act
     out = te.compute((m, npad), lambda i, j: fp.clamp_int8_32(
         fp.mbqm32(biased[i, j], mt[j], rt_[j]) + tirx.const(rq.out_zp, "int32"), lo, hi), name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
     # a row's taps are slices of x (the bounds and tail guards do not depend on c: TVM keeps them a branch)
-    _schedule(sch, m=m, npad=npad, plain_copy=(r1, r2) == (kh, kw) and c16 == ci)
+    _schedule(sch, m=m, npad=npad, plain_copy=plain, red_b=nb)
     return finish(sch, name), wp, npad
 
 
-def _schedule(sch, *, m: int, npad: int, plain_copy: bool) -> None:
+def _schedule(sch, *, m: int, npad: int, plain_copy: bool, red_b: int) -> None:
     """Row tiles x channel tiles (the bigger operand's panel outer), A's rows copied per row tile, the
     4x4x16 step tensorized under the reduction loops, the lane sums and requantize vectorized over 4."""
-    ab, cb, bb, ob = (sch.get_sblock(n) for n in ("a8", "acc", "biased", "out"))
+    ab, cb, sb, bb, ob = (sch.get_sblock(n) for n in ("a8", "acc", "lanesum", "biased", "out"))
     i, j = sch.get_loops(ob)
     mo, mi = sch.split(i, [None, MR])
     no, ni = sch.split(j, [None, NR])
     weights_outer = npad > m  # keep the bigger operand's panel in cache
     outer = [no, mo] if weights_outer else [mo, no]
     sch.reorder(*outer, mi, ni)
-    for blk in (bb, cb):
+    for blk in (bb, sb, cb):
         sch.compute_at(blk, outer[1])
-        sch.set_scope(blk, 0, "local")
+        sch.set_scope(blk, 0, ACC_SCOPE)  # "global": a stack alloca LLVM keeps in registers
     bl = sch.get_loops(bb)[2:]
     sch.unroll(bl[0])
     sch.vectorize(bl[1])
@@ -191,17 +230,29 @@ def _schedule(sch, *, m: int, npad: int, plain_copy: bool) -> None:
     else:
         sch.compute_at(ab, outer[0])
     if plain_copy:  # 16-byte vector copies
-        _, ci16 = sch.split(sch.get_loops(ab)[-1], [None, KB])
-        sch.vectorize(ci16)
+        sch.vectorize(sch.get_loops(ab)[-1])
     sch.parallel(outer[0])
     sch.unroll(mi)
     sch.vectorize(ni)
-    loops = list(sch.get_loops(cb)[2:])  # mi, ni, lane, ry, rx, rb, rh, rp (unit loops dropped)
+    loops = list(sch.get_loops(cb)[2:])  # mi, ni, lane, rb, rh, rp (a unit rb dropped)
     ci_, cj, cl = loops[:3]
     rest = loops[3:]
     rl, (rh, rp) = rest[:-2], rest[-2:]
     sch.reorder(*rl, ci_, cj, cl, rh, rp)
+    # 4 steps unrolled here: left to itself LLVM unrolls the step loop by 2 and then spills 8 of the 16
+    # accumulators around every step (4 steps unrolled, 1x1 512 -> 512: no stack access in the loop)
+    unroll = largest_divisor(red_b, 4) if red_b > 8 else red_b
+    if rl and red_b > 1 and unroll > 1:
+        rbo, rbi = sch.split(rl[-1], [None, unroll])
+        sch.unroll(rbi)
+        rl = [*rl[:-1], rbo, rbi]
     sch.decompose_reduction(cb, rl[0] if rl else ci_)
     _register()
     sch.tensorize(ci_, SMULL_4x4)
+    si, sj, _ = sch.get_loops(sb)[2:]
+    sch.unroll(si)
+    sch.decompose_reduction(sb, sj)
+    sch.tensorize(sch.get_loops(sb)[-2], LANE_SUM_4)
+    init = sch.get_sblock("lanesum_init")
+    sch.vectorize(sch.get_loops(init)[-1])
 
