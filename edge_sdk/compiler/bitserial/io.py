@@ -151,7 +151,7 @@ def pool_quantize_pack_prim_func(shape, *, pool: int, stride: int, pad, bits: in
     for name in ("bits", "quantize", "pool"):
         blk = sch.get_sblock(name)
         sch.compute_at(blk, pw)
-        sch.set_scope(blk, 0, "local")
+        sch.set_scope(blk, 0, popc.TILE_SCOPE)
     pl = sch.get_loops(sch.get_sblock("pool"))[-3:]  # channels of the word, ry, rx
     sch.reorder(pl[1], pl[2], pl[0])
     sch.unroll(pl[1])
