@@ -309,13 +309,11 @@ PAR_MIN_TASKS = 32  # fewer (row, pixel tile) tasks than this: channel groups ar
 
 
 def _few_tasks(sch, *loops) -> bool:
-    """Whether the (n, y, pixel tile) loops give too few parallel tasks to balance four in-order cores
-    (7 rows of a 7x7 layer: 2 rounds of 4 cores, 7/8 busy); then the channel-group loop joins them
-    (apop is recomputed per group: 9 adds per pixel plane, against the group's popc tile)."""
-    n = 1
-    for lp in loops:
-        n *= int(sch.get(lp).extent)
-    return n < PAR_MIN_TASKS
+    """Too few (n, y, pixel tile) tasks to balance four cores (7 rows: 2 rounds of 4, 7/8 busy): then the
+    channel groups join them (apop is recomputed per group: 9 adds per pixel plane, beside a popc tile)."""
+    import math
+
+    return math.prod(int(sch.get(lp).extent) for lp in loops) < PAR_MIN_TASKS
 
 
 def schedule_fused(sch, *, xt: int, lanes: int, chunks: bool = False, pt: int | None = None) -> None:
