@@ -176,6 +176,44 @@ def test_compiled_pi3_under_qemu_matches_onnxruntime(path, tmp_path):
     _close(*_compile_run(path, "pi3", tmp_path, seed=5))
 
 
+def test_bench_of_a_quantized_file_refuses_float_variants(capsys):
+    """bench FILE reads a full-int8 .tflite / QDQ file as int8 (no float graph): float32 is named, not a traceback."""
+    from edge_sdk.cli import main
+
+    for path in (DATA / "squeezenet1_1_0.25_64_int8.tflite", DATA / "onnx" / "qdq" / "squeezenet1_1_0.25_64_opset17_qdq.onnx"):
+        rc = main(["bench", str(path), "--variants", "int8,float32", "--no-store"])
+        err = capsys.readouterr().err
+        assert rc == 2 and str(path) in err and "float32" in err and "--variants int8" in err
+        assert "Traceback" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [DATA / "squeezenet1_1_0.25_64_int8.tflite",
+                                  DATA / "onnx" / "qdq" / "squeezenet1_1_0.25_64_opset17_qdq.onnx"], ids=lambda p: p.name)
+def test_cli_bench_run_inspect_on_quantized_files(path, tmp_path, capsys, monkeypatch):
+    """The CLI on the int8 file kinds: bench FILE (no family given: read as int8, golden ok), compile, run, inspect."""
+    import json
+
+    from edge_sdk.cli import main
+
+    monkeypatch.setenv("EDGE_SDK_CACHE", str(tmp_path / "cache"))
+    rc = main(["bench", str(path), "--variants", "int8", "--no-store", "--json", "--warmup", "0", "--repeat", "1",
+               "--min-time-ms", "0", "--rounds", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    ours = [r for r in json.loads(out)["rows"] if r["engine"] == "edge-sdk"]
+    assert [r["status"] for r in ours] == ["ok"] and ours[0]["golden"]["ok"]
+    pkg = tmp_path / "m.edgepkg"
+    assert main(["compile", str(path), "--variant", "int8", "-o", str(pkg)]) == 0
+    capsys.readouterr()  # the compile's summary line
+    assert main(["run", str(pkg), "--repeat", "1", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    assert run["golden"]["ok"] and run["variant"] == "int8" and run["top_k"][0]["class"] in range(10)
+    assert main(["inspect", str(pkg), "--json"]) == 0
+    manifest = json.loads(capsys.readouterr().out)
+    assert manifest["variant"] == "int8" and manifest["model"]["source"] == str(path)
+
+
 def test_ops_doc_is_generated_from_the_code():
     """docs/OPS.md is what tools/make_ops_doc.py writes from the readers, frontends and reference."""
     import subprocess

@@ -59,6 +59,16 @@ def _check(args) -> None:
         raise UsageError("--device runs on the device's own target: drop --peers, --emulate, --memory and --target")
 
 
+def _check_file_variants(model, variants: list[str]) -> None:
+    """A file a backend reads itself (full-integer .tflite, QDQ ONNX, LCE: no float graph) has no float rows."""
+    from edge_sdk.variants import VARIANTS
+
+    floats = [v for v in variants if VARIANTS[v].family == "float"]
+    if model.mod is None and floats:
+        raise UsageError(f"{model.source}: a quantized model file (no float graph): the {', '.join(floats)} "
+                         "variant(s) need the float model; bench this file with --variants int8 (LCE: w1a1)")
+
+
 def drive_bench(args) -> int:
     from edge_sdk.bench.bench import FAILED, WRONG, parse_threads, parse_variants, run_bench
     from edge_sdk.bench.report import record, render
@@ -68,6 +78,7 @@ def drive_bench(args) -> int:
     t0 = time.perf_counter()
     with console().status(f"loading {args.model}") as status:
         model = load_model(args, family="auto")  # a full-int8 .tflite or QDQ ONNX file as it is
+        _check_file_variants(model, variants)
 
         def progress(msg: str) -> None:
             status.update(f"bench {model.name}: {msg}")
