@@ -2,8 +2,8 @@
 
 Same shape as the depthwise kernel without weights: channels innermost and vectorized, the window
 reduction in registers, rows in parallel. Windows wider than 3x3 stay rolled. A global pool
-(squeeze-excite's mean) walks the map once in memory order instead: the pixels outside, a block of up
-to 64 channels accumulated in registers inside.
+(squeeze-excite's mean) walks the map once in memory order instead: the pixels outside, all channels
+accumulated inside.
 """
 from __future__ import annotations
 
@@ -69,28 +69,21 @@ def pool2d(shape, kind: str, kernel, strides, padding, simd: Simd, *, count_incl
     return finish(sch, name, workload=workload)
 
 
-_GLOBAL_BLOCK = 64  # channels accumulated per pass over the map (16 NEON / 4 AVX-512 registers)
+_UNROLL_VECTORS = 16  # channel vectors per pixel unrolled (accumulators in registers); more: a loop over L1
 
 
 def _schedule_global(sch: s_tir.Schedule, c: int, simd: Simd) -> None:
-    """(N, 1, 1, C) from (N, H, W, C): per block of channels, one forward pass over the pixels. The
-    window-order schedule walked the map once per vector of channels, C * 4 bytes apart: every load
-    past the A53 prefetcher's 4-line stride, the map read C / 8 times."""
-    ab, ob = sch.get_sblock("acc"), sch.get_sblock("out")
+    """(N, 1, 1, C) from (N, H, W, C): one forward pass over the map, all channels accumulated per
+    pixel (in registers up to 16 vectors, else in an L1 buffer). The window-order schedule walked the
+    map once per vector of channels, C * 4 bytes apart, and 48-channel blocks still C * 4 bytes apart:
+    past the A53 prefetcher's 4-line stride, every line a demand miss."""
+    ab = sch.get_sblock("acc")
     cv = vector_width(c, simd.lanes)
-    block = cv * max(1, min(_GLOBAL_BLOCK // cv, c // cv))
-    while c % block:
-        block -= cv
-    la, ly, lz, lk = sch.get_loops(ob)
-    kb, _ = sch.split(lk, [None, block])  # the division by H * W stays scalar (C per call)
-    outer = sch.fuse(la, ly, lz, kb)
-    sch.parallel(outer)
-    sch.compute_at(ab, outer)
-    sch.set_scope(ab, 0, ACC_SCOPE)
-    loops = sch.get_loops(ab)[1:]  # the block's channels, then the window (ry, rx)
-    chans, (ry, rx) = loops[:-2], loops[-2:]
-    kc, kv = sch.split(chans[0], [None, cv])
+    loops = sch.get_loops(ab)  # n, 1, 1, channels, then the window (ry, rx)
+    chans, ry, rx = loops[3], loops[4], loops[5]
+    kc, kv = sch.split(chans, [None, cv])
     sch.reorder(ry, rx, kc, kv)
-    sch.unroll(kc)
+    if c // cv <= _UNROLL_VECTORS:
+        sch.unroll(kc)
     sch.vectorize(kv)
     sch.decompose_reduction(ab, ry)
