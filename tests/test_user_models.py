@@ -18,8 +18,9 @@ import pytest
 DATA = Path(__file__).parent / "data" / "issue14"
 ONNX = sorted((DATA / "onnx").glob("*.onnx"))
 TFLITE = sorted(DATA.glob("*_float.tflite"))
-# compiled for the host: every ONNX file (each family at opsets 13 and 17; 19 tests took 31 min on the loaded
-# shared machine, DenseNet121 759 s and 429 s of it, most others 3-65 s once TVM's kernel cache is warm) and
+# compiled for the host: every ONNX file (each family at opsets 13 and 17; 19 tests took 31 min cold on the loaded
+# shared machine, DenseNet121 759 s and 429 s of it; with TVM's kernel cache warm all 29 slow tests here take 8 min,
+# DenseNet121 68 s per opset) and
 # the .tflite with squeeze-excite + HARD_SWISH. For pi3 under qemu, one file of each family, opsets 13 and 17,
 # the new paths among them: chunk + channel shuffle folded (ShuffleNetV2), max/avg pools with ceil_mode,
 # count_include_pad on and off, sized Split, ReLU6 as Clip, Hardswish / Hardsigmoid, Flatten + Gemm
