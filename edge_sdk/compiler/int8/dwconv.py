@@ -15,7 +15,7 @@ from tvm import s_tir, te, tirx
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
 from edge_sdk.compiler.int8.gemm import ConvGeom
-from edge_sdk.compiler.ops.common import Simd, finish, largest_divisor, pick_tile, round_up
+from edge_sdk.compiler.ops.common import ACC_SCOPE, Simd, finish, largest_divisor, pick_tile, round_up
 
 
 def depthwise_i8(x_shape, w_hwc: np.ndarray, rq, *, geom: ConvGeom, depth_multiplier: int, simd: Simd, name: str):
@@ -67,7 +67,7 @@ def _schedule(sch, *, wr: int, cv: int) -> None:
     sch.parallel(sch.fuse(la, ly))
     for blk in (bb, cb):
         sch.compute_at(blk, ko)
-        sch.set_scope(blk, 0, "local")
+        sch.set_scope(blk, 0, ACC_SCOPE)
     if wr > 1:
         sch.unroll(zi)
     sch.vectorize(ki)
