@@ -38,20 +38,21 @@ def winograd_weight(ci: int, co: int, m: int, nr: int, *, lanes: int = 4, name: 
         g, n, lambda j: t[e, j, c, kb * nr + kk]), name="U")
     sch = s_tir.Schedule(te.create_prim_func([w, u]))
     lanes = lanes if nr % lanes == 0 else 1
-    tb = sch.get_sblock("T")
-    e, j, c, k = sch.get_loops(tb)
-    ko, ki = sch.split(k, [None, lanes])
-    sch.reorder(c, ko, j, e, ki)
-    sch.unroll(j)
-    sch.unroll(e)
-    sch.vectorize(ki)
-    sch.parallel(c)
+    # per input channel (in parallel) and lane block of output channels: T = G g for the 3 columns
+    # in registers, then the alpha x alpha outputs; W is read once, U written as alpha^2 streams
     ub = sch.get_sblock("U")
     e, n, kb, c, kk = sch.get_loops(ub)
     ko, ki = sch.split(kk, [None, lanes])
-    sch.reorder(kb, c, ko, e, n, ki)
+    sch.reorder(c, kb, ko, e, n, ki)
     sch.unroll(e)
     sch.unroll(n)
     sch.vectorize(ki)
-    sch.parallel(sch.fuse(kb, c))
+    sch.parallel(c)
+    tb = sch.get_sblock("T")
+    sch.compute_at(tb, ko)
+    sch.set_scope(tb, 0, "local")
+    t_loops = sch.get_loops(tb)[3:]
+    for lp in t_loops[:-1]:
+        sch.unroll(lp)
+    sch.vectorize(t_loops[-1])
     return finish(sch, name)
