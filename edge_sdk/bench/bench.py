@@ -303,7 +303,7 @@ def run_bench(model, *, progress: Callable[[str], None] | None = None, **options
     with _modelled(setup):  # under --emulate every counted row also gets the A53 timing model's figures
         timed, inputs = _time_ours(built, opts, setup, say)
         rows = _in_variant_order(rows + timed, opts.variants)
-        key = peers_mod.peer_key(model)
+        key = (peers_mod.file_key(model) if opts.peers else None) or peers_mod.peer_key(model)
         _peers_and_rounds(rows, key, inputs, opts, setup, say)
     finish_latencies(rows)
     ratios(rows)

@@ -11,6 +11,8 @@ zoo model (alpha 1.0, 224, 1000 classes) benchncnn's own file by name (--ncnn-mo
 copies in ncnn_models/), for any other size our zoo model written as an ncnn .param (ncnn_convert.py);
 the int8 row without a benchncnn file (MobileNetV2) is its float .param by ncnn2int8's rule. The chosen
 file is copied to peers/<key>/ncnn_<variant>.param, which the row runs and names.
+
+A model the user brought as a file is its own peer (file_key): LiteRT or ONNX Runtime runs that very file.
 """
 from __future__ import annotations
 
@@ -152,8 +154,45 @@ def prepare_ncnn(key: str, peer: Peer, ncnn_models: Path | None = None) -> str |
 
 
 def peers_for(key: str) -> list[Peer]:
+    if key.startswith(FILE_KEY):  # a user's own file: only the engine that runs that file (file_key)
+        return [p for p in PEERS if peer_file(key, p).is_file()]
     name = zoo_name(key)
     return [p for p in PEERS if p.models is None or name in p.models]
+
+
+FILE_KEY = "file-"
+
+
+def file_key(model) -> str | None:
+    """For a model the user brought as a .tflite or .onnx file: that file is its own peer (the same network,
+    weights and precision), run by LiteRT (.tflite; LCE for a Larq file) or ONNX Runtime (.onnx) at the
+    precision it holds (full-integer .tflite / QDQ ONNX: the int8 row). The file is linked (or copied)
+    into peers/file-<name>-<sha256[:12]>/ under the peer's file name; returns that key. None for zoo models."""
+    import hashlib
+    import shutil
+
+    from edge_sdk.models.importers import is_int8_file
+    from edge_sdk.models.lce import is_lce_file
+
+    src = Path(str(model.source or ""))
+    if str(model.source or "").startswith("zoo:") or src.suffix.lower() not in (".tflite", ".onnx") or not src.is_file():
+        return None
+    if src.suffix.lower() == ".onnx":
+        engine, variant = "onnxruntime", "int8" if is_int8_file(src) else "float32"
+    else:
+        engine, variant = ("lce", "w1a1") if is_lce_file(src) else ("litert", "int8" if is_int8_file(src) else "float32")
+    peer = next(p for p in PEERS if p.engine == engine and p.variant == variant)
+    key = f"{FILE_KEY}{model.name}-{hashlib.sha256(src.read_bytes()).hexdigest()[:12]}"
+    dst = peer_file(key, peer)
+    if not dst.is_file():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+        try:
+            os.link(src, tmp)
+        except OSError:  # another file system: a copy
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    return key
 
 
 def peer_file(key: str, peer: Peer) -> Path:
