@@ -100,6 +100,17 @@ def _tile_order(sch: s_tir.Schedule, mo, no, dims, simd: Simd) -> list:
     return [nbo, mo, nbi]
 
 
+def _rows_outer(dims, simd: Simd) -> bool:
+    """Whether _tile_order puts the row tiles outermost (rows stay, weight panels stream)."""
+    m, k, npad, nr = dims
+    budget = _L1_BUDGET.get(simd.isa, 24 << 10)
+    if k * npad * 4 <= budget:
+        return True
+    if m * k * 4 <= budget or budget // (k * nr * 4) >= 2:
+        return False
+    return not k * npad > m * k
+
+
 def _pack_rows(sch: s_tir.Schedule, cb, mo, simd: Simd) -> None:
     """Copy each row tile of A (mr rows x K, contiguous in memory) once into a buffer the micro-kernel
     then reads from L1. The kernel touches mr rows at once, K floats apart; the A53's prefetcher only
@@ -152,7 +163,14 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     asrc, wsrc, which = _gated(a, w, g, simd) if epi.gate else (a, w, None)
     rk = te.reduce_axis((0, k), name="k")
     row = (lambda i: te.min(i, m - 1)) if mp != m else (lambda i: i)
-    c = te.compute((mp, npad), lambda i, j: te.sum(asrc[row(i), rk] * wsrc[j // nr, rk, j % nr], axis=rk),
+    if simd.isa == "neon" and not epi.gate and k * 4 > 256 and not _rows_outer((m, k, npad, nr), simd):
+        # rows swept inside the weight panels: A once into row-tile panels (mp/mr, K, mr), so the
+        # micro-kernel reads one forward stream instead of mr rows K floats apart (A53 prefetcher)
+        ap = te.compute((mp // mr, k, mr), lambda io, kk, ii: a[row(io * mr + ii), kk], name="AP")
+        aread = lambda i, kk: ap[i // mr, kk, i % mr]  # noqa: E731
+    else:
+        ap, aread = None, lambda i, kk: asrc[row(i), kk]  # noqa: E731
+    c = te.compute((mp, npad), lambda i, j: te.sum(aread(i, rk) * wsrc[j // nr, rk, j % nr], axis=rk),
                    name="C")
     out = te.compute((m, npad), lambda i, j: apply_epilogue(
         c[i, j], b[j], act, r[i, j] if residual else None, simd), name="out")
@@ -175,6 +193,10 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     sch.decompose_reduction(cb, ck)
     if which is not None:
         _schedule_gate(sch, which, k, simd)
+    if ap is not None:
+        io, kk, ii = sch.get_loops(sch.get_sblock("AP"))
+        sch.reorder(io, ii, kk)  # each row read forward once
+        sch.parallel(io)
     return finish(sch, name, workload=workload)
 
 
