@@ -84,7 +84,7 @@ def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup:
             from edge_sdk.bench.emulate import count_runner, memory_row
             from edge_sdk.targets import get_target
 
-            c = count_runner(lib=lib, params=params, input=x, cpu=emulate_cpu, caches=caches)
+            c = count_runner(lib=lib, params=params, input=x, cpu=emulate_cpu, caches=caches, threads=row.threads)
             row.instructions, row.counts, out, row.manifest = c.per_inference, c.counts, c.output, m
             row.memory = memory_row(c, target=get_target(m["target"]["name"]))
             row.set_modelled(c.modelled)  # the A53 timing model's figures (timing_session in run_bench)
@@ -196,11 +196,12 @@ def _setup(opts: BenchOptions) -> _Setup:
     target, emulate = opts.target, opts.emulate
     if opts.memory and not emulate:
         raise UsageError("--memory simulates the device's caches under qemu: it needs --emulate (e.g. --emulate pi3)")
+    if opts.memory and list(opts.threads) != [1]:
+        raise UsageError("--memory simulates one core's caches: use it with --threads 1 (--emulate alone models "
+                         "N threads, the shared L2 included)")
     if emulate:
         if target not in ("host", emulate):
             raise UsageError(f"--emulate {emulate} counts {emulate} builds; it cannot be combined with --target {target}")
-        if list(opts.threads) != [1]:
-            raise UsageError("--emulate counts instructions with 1 thread; drop --threads or use --threads 1")
         target = emulate
     tgt = get_target(target)
     if emulate and tgt.arch != "aarch64":

@@ -242,7 +242,7 @@ def time_peer(key: str, peer: Peer, *, threads: int, warmup: int, repeat: int, m
         raise RuntimeFailure(f"{peer.label}: no JSON from {TIME_ENGINE.name}: {proc.stdout[-500:]}") from e
 
 
-def emulate_unavailable(peer: Peer) -> str | None:
+def emulate_unavailable(peer: Peer, threads: int = 1) -> str | None:
     """Which peers have aarch64 builds we count under qemu: LiteRT only (its aarch64 wheel)."""
     if peer.engine == "lce":
         return "larq-compute-engine has no aarch64 wheel"
@@ -250,6 +250,8 @@ def emulate_unavailable(peer: Peer) -> str | None:
         return None
     if peer.engine == "onnxruntime":
         return "not counted under qemu (LiteRT is the A53 reference)"
+    if peer.engine == "litert" and threads > 1:
+        return "counted with 1 thread only (XNNPACK's pthreadpool spin-waits are not told apart from work)"
     return None
 
 
@@ -277,7 +279,7 @@ def peer_rows(key: str, run: PeerRun) -> list:
             row = BenchRow(peer.engine, peer.variant, peer.family, t)
             why = why or availability(key, peer)
             if why is None and run.emulate_cpu:
-                why = emulate_unavailable(peer)
+                why = emulate_unavailable(peer, t)
             elif why is None and run.target.arch != os.uname().machine:
                 why = f"peers run on this {os.uname().machine} host; use --target host or --emulate {run.target.name}"
             if why:

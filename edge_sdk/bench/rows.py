@@ -61,6 +61,9 @@ class BenchRow:
         self.modelled_cycles, self.modelled_ms = fig["modelled_cycles"], fig["modelled_ms"]
         self.misses = dict(fig["misses"]) | {"dram_bytes": fig["dram_bytes"]}
         self.timing = {k: fig[k] for k in ("cycles_split", "functions", "target", "clock_ghz", "threads") if k in fig}
+        if fig.get("instructions") and int(fig.get("threads", 1)) > 1:
+            # libinsn's inline counter is not atomic: with threads it undercounts; libtiming's per-vCPU sum is exact
+            self.instructions = fig["instructions"]
 
     def to_json(self) -> dict:
         d = asdict(self)

@@ -21,7 +21,8 @@ def add_bench_parser(sub) -> None:
                    f"(default {BASELINE})")
     p.add_argument("--target", default="host", help=f"{', '.join(TARGET_NAMES)}: host (default) or a Pi target "
                    "(run under qemu here)")
-    p.add_argument("--threads", default="1", help="comma-separated thread counts, e.g. 1,2 (default 1)")
+    p.add_argument("--threads", default="1", help="comma-separated thread counts, e.g. 1,4 (default 1); with "
+                   "--emulate each row is modelled at its thread count")
     p.add_argument("--peers", action="store_true", help="also time LiteRT, ONNX Runtime, LCE (tools/setup_peers.sh) "
                    "and ncnn")
     p.add_argument("--ncnn-models", type=Path, metavar="DIR", help="with --peers: benchncnn's network definitions "

@@ -1,0 +1,60 @@
+"""`bench --emulate pi3 --threads 1,2`: each row modelled at its own thread count (the Cortex-A53 timing
+model over every vCPU's blocks), ours and ncnn's; LiteRT only at one thread, saying why. No speed is
+asserted: the figures have to exist, be per thread, and the per-thread instruction count be libtiming's."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from edge_sdk.bench import bench as B
+from edge_sdk.bench import peers as P
+from edge_sdk.cli import bench as CB
+from edge_sdk.errors import UsageError
+
+TINY = ["mobilenet_v1", "--alpha", "0.25", "--resolution", "32", "--classes", "10"]
+
+
+@pytest.fixture()
+def isolated(tmp_path, monkeypatch):
+    monkeypatch.setattr(B, "cache_root", lambda: tmp_path)
+    monkeypatch.setattr(P, "peers_root", lambda: tmp_path / "peers")
+    return tmp_path
+
+
+def _bench(argv, capsys) -> dict:
+    parser = argparse.ArgumentParser()
+    CB.add_bench_parser(parser.add_subparsers())
+    assert CB.drive_bench(parser.parse_args(["bench", *argv, "--json", "--no-store"])) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_emulate_models_each_thread_count(isolated, capsys):
+    js = _bench([*TINY, "--variants", "float32", "--target", "pi3", "--emulate", "pi3", "--threads", "1,2",
+                 "--peers"], capsys)
+    rows = {(r["engine"], r["variant"], r["threads"]): r for r in js["rows"]}
+    for key in (("edge-sdk", "float32", 1), ("edge-sdk", "float32", 2), ("ncnn", "float32", 1), ("ncnn", "float32", 2)):
+        r = rows[key]
+        assert r["status"] == "ok", r
+        assert r["modelled_ms"] > 0 and r["modelled_cycles"] > 0
+        assert r["timing"]["threads"] == key[2]
+        assert r["instructions"] > 0
+    two = rows[("edge-sdk", "float32", 2)]
+    assert set(two["timing"]["cycles_split"]) >= {"fork_join"}
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_litert_is_counted_with_one_thread_only(threads):
+    litert = next(p for p in P.PEERS if p.engine == "litert" and p.variant == "float32")
+    ncnn = next(p for p in P.PEERS if p.engine == "ncnn" and p.variant == "float32")
+    why = P.emulate_unavailable(litert, threads)
+    assert (why is None) if threads == 1 else ("1 thread" in why)
+    assert P.emulate_unavailable(ncnn, threads) is None
+
+
+def test_memory_stays_one_thread(isolated):
+    with pytest.raises(UsageError, match="--threads 1"):
+        B.run_bench(object(), variants=["float32"], target="pi3", emulate="pi3", memory=True, threads=[1, 4])
