@@ -1,5 +1,5 @@
 """`bench --emulate pi3 --threads 1,2`: each row modelled at its own thread count (the Cortex-A53 timing
-model over every vCPU's blocks), ours and ncnn's; LiteRT only at one thread, saying why. No speed is
+model over every vCPU's blocks); LiteRT only at one thread, saying why. No speed is
 asserted: the figures have to exist, be per thread, and the per-thread instruction count be libtiming's."""
 from __future__ import annotations
 
@@ -33,10 +33,12 @@ def _bench(argv, capsys) -> dict:
 @pytest.mark.slow
 @pytest.mark.qemu
 def test_emulate_models_each_thread_count(isolated, capsys):
-    js = _bench([*TINY, "--variants", "float32", "--target", "pi3", "--emulate", "pi3", "--threads", "1,2",
-                 "--peers"], capsys)
+    # ours only: ncnn's rows at N threads take the same path (count_ncnn's OpenMP threads, priced per vCPU;
+    # tests/test_timing_calibration.py prices its 4-thread profiles) and would triple this test's qemu time
+    js = _bench([*TINY, "--variants", "float32", "--target", "pi3", "--emulate", "pi3", "--threads", "1,2"], capsys)
     rows = {(r["engine"], r["variant"], r["threads"]): r for r in js["rows"]}
-    for key in (("edge-sdk", "float32", 1), ("edge-sdk", "float32", 2), ("ncnn", "float32", 1), ("ncnn", "float32", 2)):
+    assert set(rows) == {("edge-sdk", "float32", 1), ("edge-sdk", "float32", 2)}
+    for key in rows:
         r = rows[key]
         assert r["status"] == "ok", r
         assert r["modelled_ms"] > 0 and r["modelled_cycles"] > 0
