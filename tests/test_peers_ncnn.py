@@ -171,4 +171,6 @@ def test_emulated_bench_rows_count_ncnn_deterministically(tmp_path, monkeypatch)
     f32 = rows[0]
     assert f32.instructions > 0 and f32.counts[E.K_HIGH] > f32.counts[E.K_LOW]
     again = E.count_ncnn(Path(f32.package), 1, ks=(E.K_HIGH,))
-    assert again.counts[E.K_HIGH] == f32.counts[E.K_HIGH]
+    # deterministic to a few instructions: ncnn's count moved by 2 of 1.96 G between two runs once (CI,
+    # 2026-12-01; guest heap addresses under qemu-user may differ), ours is exact (test_bench)
+    assert abs(again.counts[E.K_HIGH] - f32.counts[E.K_HIGH]) <= 1e-6 * f32.counts[E.K_HIGH]
