@@ -24,9 +24,13 @@ def _check_layers(res, manifest_layers):
         assert r["conv_ms"] >= 0 and r["glue_ms"] >= 0
         assert r["conv_ms"] + r["glue_ms"] == pytest.approx(r["ms"])
     summed = sum(r["ms"] for r in prof.layers)
-    # the hook costs a little per call, and VM builtins are nobody's layer: a sane factor, not a speed
-    assert 0.2 * prof.run_ms <= summed <= 1.2 * prof.run_ms, (summed, prof.run_ms)
-    assert summed + prof.other_ms <= 1.2 * prof.run_ms
+    kernel_ms = summed + prof.other_ms  # every timed call, owned or not
+    # The layers own most of the timed kernel time (a join dropping sites, or dividing by the runs twice,
+    # breaks this). The run itself also pays the timing hook once per call: ~0.6 us on the Xeon, so a tiny
+    # net of 500 calls a run (unfused w1a2 at 32x32) spends ~60 % of its profiled run in the hook. The
+    # factor against the run is therefore loose, not a speed.
+    assert summed >= 0.3 * kernel_ms, (summed, prof.other_ms)
+    assert 0.1 * prof.run_ms <= kernel_ms <= 1.2 * prof.run_ms, (kernel_ms, prof.run_ms)
     return prof
 
 
