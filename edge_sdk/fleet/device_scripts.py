@@ -149,3 +149,34 @@ for f in packages/*.edgepkg; do
   s=${f##*/}; s=${s%.edgepkg}
   case " $keep " in *" $s "*) ;; *) rm -f "$f" ;; esac
 done"""
+
+# The Ansible playbook's hold on the device lock (deploy's is device_lock.py: the same flock(1) file).
+# HOLD_LOCK_SH runs as an async task: $1 lock file, $2 the run's token path, $3 wait s, $4 stale s. Once it
+# has the lock it writes $2.locked and holds on while $2.hold exists and was touched in the last $4 s (the
+# play touches it before each package and removes it at the end); a wait that runs out writes $2.busy.
+HOLD_LOCK_SH = r"""mkdir -p "${1%/*}"
+flock -w "$3" "$1" sh -c ': > "$1.hold"; : > "$1.locked"
+while [ -e "$1.hold" ]; do
+  t=$(stat -c %Y "$1.hold" 2>/dev/null) || break
+  if [ $(( $(date +%s) - t )) -ge "$2" ]; then break; fi
+  sleep 1
+done
+rm -f "$1.hold" "$1.locked"' sh "$2" "$4" || : > "$2.busy"
+"""
+
+# $1 the run's token path, $2 wait s: returns once HOLD_LOCK_SH has the lock; fails if its wait ran out.
+WAIT_LOCK_SH = r"""i=0
+while [ ! -e "$1.locked" ]; do
+  if [ -e "$1.busy" ] || [ "$i" -gt $(( $2 * 10 + 300 )) ]; then
+    rm -f "$1.busy"
+    echo "another edge-sdk deploy, rollback, tune or Ansible run held the device lock for $2 s" >&2; exit 1
+  fi
+  sleep 0.1; i=$((i + 1))
+done"""
+
+# $1 the run's token path: let go (the holder sees $1.hold gone within a second), then tidy.
+RELEASE_LOCK_SH = r"""rm -f "$1.hold"
+i=0
+while [ -e "$1.locked" ] && [ "$i" -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+rm -f "$1.locked" "$1.busy"
+"""

@@ -14,7 +14,10 @@ driver. write_ansible() writes a self-contained folder:
 The playbook runs the very shell scripts deploy.py runs (EXTRACT_*_SH, SWITCH_SH): same layout,
 same checks (sha256 on the device, the package's signature by a key this machine trusts checked by
 the bundle's verifier on the device, golden pair with edge-runner --expect), same atomic switch; a
-failed package is removed and the previous version stays current. The copy module skips a file
+failed package is removed and the previous version stays current. The play holds deploy's device lock
+(device_lock.py's flock file) from its first step to its last, so a deploy, rollback, tune or a second
+Ansible run on the same device waits instead of sweeping its files; a run that dies lets go after
+lock.stale seconds (artifacts.yml; override with -e). The copy module skips a file
 whose checksum already matches, so an unchanged re-run transfers no package bytes either.
 """
 from __future__ import annotations
@@ -32,7 +35,8 @@ from edge_sdk.errors import UsageError
 from edge_sdk.fleet.config import Device, Fleet
 from edge_sdk.fleet.deploy import (EXTRACT_PACKAGE_SH, EXTRACT_RUNTIME_SH, PLACE_RUNTIME_SH, SWITCH_SH, LocalBundle,
                                    LocalPackage)
-from edge_sdk.fleet.device_scripts import VERIFY_PACKAGE_SH
+from edge_sdk.fleet.device_lock import LOCK
+from edge_sdk.fleet.device_scripts import HOLD_LOCK_SH, RELEASE_LOCK_SH, VERIFY_PACKAGE_SH, WAIT_LOCK_SH
 from edge_sdk.fleet.paths import REMOTE_ROOT
 from edge_sdk.fleet.ssh import known_hosts_name
 from edge_sdk.package import MANIFEST, MEMBERS
@@ -40,6 +44,7 @@ from edge_sdk.signing import trusted_file_bytes
 from edge_sdk.targets import get_target
 
 _GROUP = re.compile(r"[^A-Za-z0-9_]")
+LOCK_WAIT_S, LOCK_STALE_S = 600, 1800  # override per run: ansible-playbook -e '{"lock": {...}}'
 
 PLAYBOOK = """\
 # written by `edge-sdk fleet inventory`: installs what `edge-sdk deploy` installs
@@ -50,54 +55,83 @@ PLAYBOOK = """\
   vars:
     bundle: "{{ bundles[edge_arch] }}"
   tasks:
-    - name: layout
-      ansible.builtin.file: {path: "~/{{ edge_root }}/{{ item }}", state: directory, mode: "0755"}
-      loop: [runtime, packages, models]
-    - name: runtime bundle installed?
-      ansible.builtin.stat: {path: "~/{{ edge_root }}/runtime/{{ bundle.id }}/bundle.json", checksum_algorithm: sha256}
-      register: runtime_json
-    - name: runtime bundle
-      when: not (runtime_json.stat.exists and runtime_json.stat.checksum == bundle.manifest_sha256)
+    - name: a token for this run's hold on the device lock
+      ansible.builtin.set_fact: {lock_token: "{{ 2**48 | random }}"}
+    - name: take the device lock (the one deploy, rollback and tune take), held until the play ends
+      ansible.builtin.command:
+        argv: [sh, -c, "{{ scripts.hold_lock }}", sh, "{{ lock.file }}", "{{ edge_root }}/.ansible-lock-{{ lock_token }}",
+               "{{ lock.wait }}", "{{ lock.stale }}"]
+        chdir: "~"
+      async: 86400  # the holder ends itself: the play lets go, or its hold lapses after lock.stale seconds
+      poll: 0
+      changed_when: false
+    - name: wait for the device lock
+      ansible.builtin.command:
+        argv: [sh, -c, "{{ scripts.wait_lock }}", sh, "{{ edge_root }}/.ansible-lock-{{ lock_token }}", "{{ lock.wait }}"]
+        chdir: "~"
+      changed_when: false
+    - name: install under the device lock
       block:
-        - name: upload the runtime archive
-          ansible.builtin.copy: {src: "files/{{ bundle.file }}", dest: "~/{{ edge_root }}/runtime/.{{ bundle.id }}.tar.gz", mode: "0644"}
-        - name: sha256 of the uploaded archive
-          ansible.builtin.stat: {path: "~/{{ edge_root }}/runtime/.{{ bundle.id }}.tar.gz", checksum_algorithm: sha256}
-          register: archive
-        - name: archive arrived intact
-          ansible.builtin.assert:
-            that: archive.stat.checksum == bundle.sha256
-            fail_msg: "runtime archive damaged in transit on {{ inventory_hostname }}"
-        - name: extract and check every file's sha256
+        - name: layout
+          ansible.builtin.file: {path: "~/{{ edge_root }}/{{ item }}", state: directory, mode: "0755"}
+          loop: [runtime, packages, models]
+        - name: runtime bundle installed?
+          ansible.builtin.stat: {path: "~/{{ edge_root }}/runtime/{{ bundle.id }}/bundle.json", checksum_algorithm: sha256}
+          register: runtime_json
+        - name: runtime bundle
+          when: not (runtime_json.stat.exists and runtime_json.stat.checksum == bundle.manifest_sha256)
+          block:
+            - name: upload the runtime archive
+              ansible.builtin.copy: {src: "files/{{ bundle.file }}", dest: "~/{{ edge_root }}/runtime/.{{ bundle.id }}.tar.gz", mode: "0644"}
+            - name: sha256 of the uploaded archive
+              ansible.builtin.stat: {path: "~/{{ edge_root }}/runtime/.{{ bundle.id }}.tar.gz", checksum_algorithm: sha256}
+              register: archive
+            - name: archive arrived intact
+              ansible.builtin.assert:
+                that: archive.stat.checksum == bundle.sha256
+                fail_msg: "runtime archive damaged in transit on {{ inventory_hostname }}"
+            - name: extract and check every file's sha256
+              ansible.builtin.command:
+                argv: [sh, -c, "{{ scripts.extract_runtime }}", sh, "{{ edge_root }}/runtime/.{{ bundle.id }}.tar.gz",
+                       "{{ edge_root }}/runtime/.{{ bundle.id }}.tmp-ansible", "{{ bundle.id }}"]
+                chdir: "~"
+                stdin: "{{ bundle.checklist }}"
+                stdin_add_newline: false
+            - name: put it in place, runtime/current -> it
+              ansible.builtin.command:
+                argv: [sh, -c, "{{ scripts.place_runtime }}", sh, "{{ edge_root }}/runtime/.{{ bundle.id }}.tmp-ansible",
+                       "{{ edge_root }}/runtime/{{ bundle.id }}", "{{ edge_root }}/runtime/.{{ bundle.id }}.tar.gz", ansible,
+                       "{{ bundle.id }}"]
+                chdir: "~"
+          rescue:
+            - name: remove the partial runtime
+              ansible.builtin.command:
+                argv: [rm, -rf, "{{ edge_root }}/runtime/.{{ bundle.id }}.tmp-ansible", "{{ edge_root }}/runtime/.{{ bundle.id }}.tar.gz"]
+                chdir: "~"
+            - name: runtime failed
+              ansible.builtin.fail: {msg: "runtime {{ bundle.id }} could not be installed on {{ inventory_hostname }}"}
+        - name: the package signers this machine trusts (what the device's verifier accepts)
+          ansible.builtin.copy: {src: files/trusted-keys.json, dest: "~/{{ edge_root }}/runtime/trusted-keys.json", mode: "0644"}
+        - name: packages
+          ansible.builtin.include_tasks: package.yml
+          loop: "{{ packages | selectattr('arch', 'equalto', edge_arch) | list }}"
+          loop_control: {loop_var: pkg, label: "{{ pkg.name }} {{ pkg.sha256[:12] }}"}
+      always:
+        - name: let go of the device lock
           ansible.builtin.command:
-            argv: [sh, -c, "{{ scripts.extract_runtime }}", sh, "{{ edge_root }}/runtime/.{{ bundle.id }}.tar.gz",
-                   "{{ edge_root }}/runtime/.{{ bundle.id }}.tmp-ansible", "{{ bundle.id }}"]
+            argv: [sh, -c, "{{ scripts.release_lock }}", sh, "{{ edge_root }}/.ansible-lock-{{ lock_token }}"]
             chdir: "~"
-            stdin: "{{ bundle.checklist }}"
-            stdin_add_newline: false
-        - name: put it in place, runtime/current -> it
-          ansible.builtin.command:
-            argv: [sh, -c, "{{ scripts.place_runtime }}", sh, "{{ edge_root }}/runtime/.{{ bundle.id }}.tmp-ansible",
-                   "{{ edge_root }}/runtime/{{ bundle.id }}", "{{ edge_root }}/runtime/.{{ bundle.id }}.tar.gz", ansible,
-                   "{{ bundle.id }}"]
-            chdir: "~"
-      rescue:
-        - name: remove the partial runtime
-          ansible.builtin.command:
-            argv: [rm, -rf, "{{ edge_root }}/runtime/.{{ bundle.id }}.tmp-ansible", "{{ edge_root }}/runtime/.{{ bundle.id }}.tar.gz"]
-            chdir: "~"
-        - name: runtime failed
-          ansible.builtin.fail: {msg: "runtime {{ bundle.id }} could not be installed on {{ inventory_hostname }}"}
-    - name: the package signers this machine trusts (what the device's verifier accepts)
-      ansible.builtin.copy: {src: files/trusted-keys.json, dest: "~/{{ edge_root }}/runtime/trusted-keys.json", mode: "0644"}
-    - name: packages
-      ansible.builtin.include_tasks: package.yml
-      loop: "{{ packages | selectattr('arch', 'equalto', edge_arch) | list }}"
-      loop_control: {loop_var: pkg, label: "{{ pkg.name }} {{ pkg.sha256[:12] }}"}
+          changed_when: false
 """
 
 PACKAGE_TASKS = """\
 # one package: upload unless present, check on the device, golden run, atomic switch
+- name: "{{ pkg.name }}: the device lock is still ours (a hold not renewed for lock.stale seconds lapses)"
+  ansible.builtin.command:
+    argv: [sh, -c, '[ -e "$1.locked" ] && touch "$1.hold" || { echo "the device lock lapsed" >&2; exit 1; }', sh,
+           "{{ edge_root }}/.ansible-lock-{{ lock_token }}"]
+    chdir: "~"
+  changed_when: false
 - name: "{{ pkg.name }}: current version"
   ansible.builtin.stat: {path: "~/{{ edge_root }}/models/{{ pkg.name }}/current", follow: false}
   register: cur
@@ -170,13 +204,17 @@ def write_ansible(fleet: Fleet, devices: Sequence[Device], packages: Sequence[Lo
         _link_or_copy(src, files / (src.name if src.suffix == ".gz" else f"{_pkg_sha(src, packages)}.edgepkg"))
     _write(files / "trusted-keys.json", trusted_file_bytes().decode())
     scripts = {"extract_runtime": EXTRACT_RUNTIME_SH, "place_runtime": PLACE_RUNTIME_SH,
-               "extract_package": EXTRACT_PACKAGE_SH, "verify_package": VERIFY_PACKAGE_SH, "switch": SWITCH_SH}
+               "extract_package": EXTRACT_PACKAGE_SH, "verify_package": VERIFY_PACKAGE_SH, "switch": SWITCH_SH,
+               "hold_lock": HOLD_LOCK_SH, "wait_lock": WAIT_LOCK_SH, "release_lock": RELEASE_LOCK_SH}
     for name, text in scripts.items():  # Ansible would template them otherwise
         if any(t in text for t in ("{{", "{%", "{#")):
             raise AssertionError(f"script {name} contains a Jinja delimiter")
     artifacts = {
         "edge_root": REMOTE_ROOT,  # fleet/paths.py's device layout, relative to the login home
         "members": [MANIFEST, *MEMBERS],
+        # deploy's device lock (device_lock.py): waited for up to `wait` s; the play renews its hold before
+        # each package, and a hold not renewed for `stale` s (an Ansible run that died) lapses
+        "lock": {"file": LOCK, "wait": LOCK_WAIT_S, "stale": LOCK_STALE_S},
         "scripts": scripts,
         "bundles": {a: {"id": b.id, "file": b.archive.name, "sha256": b.sha256, "manifest_sha256": b.manifest_sha256,
                         "checklist": b.checklist().decode()} for a, b in bundles.items()},

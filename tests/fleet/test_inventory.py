@@ -14,6 +14,8 @@ import pytest
 from edge_sdk.cli import main as cli_main
 from edge_sdk.fleet.config import load_fleet
 from edge_sdk.fleet.deploy import LocalBundle, LocalPackage, deploy
+from edge_sdk.fleet.device_lock import LOCK, device_lock
+from edge_sdk.fleet.ssh import Connection
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -26,10 +28,10 @@ def _ansible(tool: str) -> str:
     return os.fspath(exe)
 
 
-def _playbook(out: Path, inventory: str) -> subprocess.CompletedProcess:
+def _playbook(out: Path, inventory: str, *extra: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=os.fspath(out / ".ansible-local"),
                ANSIBLE_RETRY_FILES_ENABLED="0")
-    return subprocess.run([_ansible("ansible-playbook"), "-i", inventory, "playbook.yml"], cwd=out,
+    return subprocess.run([_ansible("ansible-playbook"), "-i", inventory, "playbook.yml", *extra], cwd=out,
                           capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -119,3 +121,58 @@ def test_ansible_refuses_a_package_the_device_does_not_trust(fresh_fleet, known_
         assert not (models / "current").is_symlink()
         leftovers = [p.name for p in models.iterdir() if p.name.startswith(".")] if models.exists() else []
         assert leftovers == []
+
+
+def test_ansible_takes_the_device_lock_deploy_takes(fresh_fleet, known_hosts_for, host_package, tmp_path):
+    """The playbook holds the device lock deploy, rollback and tune take (device_lock.py) for the whole
+    play: while edge-sdk holds it on one device, that device's play waits, gives up naming the lock and
+    installs nothing there, and the other devices install; once let go, the play installs there too, leaves
+    no lock files behind and lets go at its end (edge-sdk takes the lock again at once)."""
+    kh = known_hosts_for(fresh_fleet)
+    out = tmp_path / "ansible"
+    assert cli_main(["fleet", "inventory", "--format", "ansible", "--fleet", str(fresh_fleet.fleet_yaml),
+                     "--known-hosts", str(kh), "--package", str(host_package), "-o", str(out)]) == 0
+    pkg = LocalPackage.load(host_package)
+    held = load_fleet(fresh_fleet.fleet_yaml).select()[0]
+    short = json.dumps({"lock": {"file": LOCK, "wait": 3, "stale": 1800}})
+    with Connection(held, known_hosts=kh) as conn, device_lock(conn, "test"):
+        run = _playbook(out, "inventory.ini", "-e", short)
+    assert run.returncode != 0
+    assert "held the device lock for 3 s" in run.stdout, run.stdout[-3000:]
+    recap = _recap(run.stdout)
+    assert recap[held.name]["failed"] == 1 and all(r["failed"] == 0 for n, r in recap.items() if n != held.name)
+    for loop in fresh_fleet.devices:
+        current = loop.home / ".edge-sdk" / "models" / pkg.name / "current"
+        assert current.is_symlink() == (loop.name != held.name), loop.name
+
+    again = _playbook(out, "inventory.ini", "-e", short)
+    assert again.returncode == 0, again.stdout[-3000:]
+    for loop in fresh_fleet.devices:
+        root = loop.home / ".edge-sdk"
+        assert os.readlink(root / "models" / pkg.name / "current") == pkg.sha256
+        assert sorted(p.name for p in root.glob(".ansible-lock-*")) == []
+    with Connection(held, known_hosts=kh) as conn, device_lock(conn, "test", wait=5):
+        pass  # the play let go
+
+
+def test_an_ansible_hold_not_renewed_lapses(tmp_path):
+    """The playbook's holder (run here by the local sh, as the device's sh runs it): it has the lock once
+    .locked exists, keeps it while .hold is renewed, and lets go when .hold goes stale (an Ansible run that
+    died without its `always` step), so a dead run never keeps a device locked for good."""
+    import time
+
+    from edge_sdk.fleet.device_scripts import HOLD_LOCK_SH, WAIT_LOCK_SH
+
+    lock, token = tmp_path / "rt" / "lock", tmp_path / ".ansible-lock-1"
+    holder = subprocess.Popen(["sh", "-c", HOLD_LOCK_SH, "sh", str(lock), str(token), "5", "3"])
+    try:
+        subprocess.run(["sh", "-c", WAIT_LOCK_SH, "sh", str(token), "5"], check=True, timeout=60)
+        for _ in range(3):  # renewed: still held after more than `stale` seconds in all
+            assert subprocess.run(["flock", "-n", str(lock), "true"]).returncode != 0
+            os.utime(token.with_name(token.name + ".hold"))
+            time.sleep(1.5)
+        holder.wait(timeout=30)  # not renewed: lapses
+    finally:
+        holder.kill()
+    assert subprocess.run(["flock", "-n", str(lock), "true"]).returncode == 0
+    assert not list(tmp_path.glob(".ansible-lock-1*"))
