@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import stat
 import subprocess
 
 import pytest
@@ -162,3 +163,22 @@ def test_for_each_device_reports_the_down_device_and_finishes_the_others(fresh_f
     with pytest.raises(DeviceError, match="1 of 3 devices") as e:
         results.raise_if_failed("status")
     assert e.value.results is results
+
+
+def test_readlink_listdir_and_read_text_answer_what_the_device_holds(conn):
+    """Connection.readlink (deploy, remote and trust share it) and its siblings over SFTP, checked
+    against what `ls`/`readlink` print on the device; None or [] where the device says no."""
+    d = "probe dir"
+    conn.run(["sh", "-c", 'mkdir -p "$1/sub" && printf "h\\303\\251llo\\n" > "$1/f" && ln -sfn "sub" "$1/current" '
+              '&& ln -sfn "gone" "$1/dangling"', "sh", d])
+    try:
+        assert conn.readlink(f"{d}/current") == conn.run(["readlink", f"{d}/current"]).stdout.strip() == "sub"
+        assert conn.readlink(f"{d}/dangling") == "gone"  # a link's target, whether or not it exists
+        assert conn.readlink(f"{d}/f") is None and conn.readlink(f"{d}/nothing") is None
+        entries = dict(conn.listdir(d))
+        assert sorted(entries) == sorted(conn.run(["ls", "-A", d]).stdout.split())
+        assert stat.S_ISLNK(entries["current"]) and stat.S_ISDIR(entries["sub"]) and stat.S_ISREG(entries["f"])
+        assert conn.listdir(f"{d}/nothing") == []
+        assert conn.read_text(f"{d}/f") == "héllo\n" and conn.read_text(f"{d}/nothing") is None
+    finally:
+        conn.run(["rm", "-rf", d])
