@@ -281,3 +281,46 @@ def test_rollback_refuses_a_previous_version_changed_on_the_device(fleet, v1, v2
     with pytest.raises(D.DeviceError, match="refused: tampered"):
         rollback(dev, v1.name, known_hosts=kh)
     assert assert_current_runs(loop, [v1, v2]) == v2.sha256
+
+
+@pytest.mark.parametrize("how, reason, says", [
+    ("keep", "tampered", "refused: tampered"), ("stranger", "untrusted", "refused: untrusted"),
+    ("drop", "unsigned", "refusing the package: members missing or repeated (signature.json included)")])
+def test_a_crafted_package_past_this_machines_check_is_refused_on_the_device(fleet, v1, tmp_path, monkeypatch,
+                                                                              how, reason, says):
+    """The probe's package (other weights, recomputed sums) handed to deploy as if this machine's check
+    had passed (a LocalPackage made by hand): the device's own verifier refuses it before the golden run
+    and the switch (an unsigned one already at extract: signature.json is a required member); current
+    still runs v1 and nothing of the crafted package stays on the device."""
+    import sys
+    from dataclasses import replace
+
+    from edge_sdk import signing
+    from edge_sdk.errors import PackageError
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from test_trust_signing import craft, members_of
+
+    loops, devices, kh = fleet
+    dev = devices[0]
+    loop = loops[dev.name]
+    assert D.deploy([dev], [v1], known_hosts=kh).all_ok
+    key = None
+    if how == "stranger":
+        with monkeypatch.context() as m:
+            m.setenv("EDGE_SDK_DATA", str(tmp_path / "stranger"))
+            key = signing.signing_key()  # valid, but not trusted on the device
+    bad = craft(v1.path, tmp_path / "crafted.edgepkg", key=key, sign=how != "drop")
+    with pytest.raises(PackageError, match=f"refused: {reason}"):
+        D.LocalPackage.load(bad)  # this machine refuses it
+    sums = {n: v["sha256"] for n, v in json.loads(members_of(bad)["manifest.json"])["members"].items()}
+    forged = replace(v1, path=bad, sha256=hashlib.sha256(bad.read_bytes()).hexdigest(), size=bad.stat().st_size,
+                     members=sums)
+    res = D.deploy([dev], [forged], known_hosts=kh)
+    err = str(res[0].error)
+    assert not res.all_ok and says in err and dev.name in err, err
+    assert res[0].error.report.packages[0].golden is None  # refused before the golden run
+    assert assert_current_runs(loop, [v1]) == v1.sha256
+    folder = root(loop) / "models" / v1.name
+    assert {p.name for p in folder.iterdir()} <= {"current", "previous", v1.sha256}
+    assert not (root(loop) / "packages" / f"{forged.sha256}.edgepkg").exists()
