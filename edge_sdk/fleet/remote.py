@@ -100,6 +100,7 @@ def _run_installed(conn: Connection, pkg: LocalPackage, x: np.ndarray | None, ho
 
 def _report(device: Device, package: Path, m: dict, raw: dict, golden: dict, arch: str, out: np.ndarray,
             how: RemoteRun) -> dict:
+    from edge_sdk.bench.rows import latency_stats
     from edge_sdk.run import top_k
 
     lat = np.asarray(raw["latencies_ms"])
@@ -114,8 +115,7 @@ def _report(device: Device, package: Path, m: dict, raw: dict, golden: dict, arc
         "package": str(package), "model": m["model"]["name"], "variant": m["variant"], "target": m["target"]["name"],
         "device": device.name, "address": device.address, "arch": arch,
         "threads": raw["threads"], "repeats": len(lat),
-        "latency_ms": {"median": float(np.median(lat)), "min": float(lat.min()), "max": float(lat.max()),
-                       "p10": float(np.percentile(lat, 10)), "p90": float(np.percentile(lat, 90))},
+        "latency_ms": latency_stats(lat),
         "load_ms": raw["load_ms"],
         "golden": {"ok": bool(golden["ok"]), "max_abs_err": golden["max_abs_err"]},
         "top_k": [{"class": c, "label": lbl, "score": s} for c, lbl, s in top_k(out, m.get("labels"), how.k)],
