@@ -88,3 +88,15 @@ def pi3_package(tmp_path_factory, small_mobilenet) -> Path:
     if shutil.which("aarch64-linux-gnu-g++") is None or shutil.which("qemu-aarch64") is None:
         pytest.skip("needs g++-aarch64-linux-gnu and qemu-user (tools/setup.sh installs them)")
     return _compile(small_mobilenet, "pi3", tmp_path_factory.mktemp("pkg") / "mbv1_pi3.edgepkg")
+
+
+@pytest.fixture()
+def isolated(tmp_path, monkeypatch):
+    """Bench packages and peer models in tmp_path (the runtime bundle cache stays shared): the bench tests'
+    (tests/bench_driver.py drives `edge-sdk bench` for them)."""
+    from edge_sdk.bench import bench as B
+    from edge_sdk.bench import peers as P
+
+    monkeypatch.setattr(B, "cache_root", lambda: tmp_path)
+    monkeypatch.setattr(P, "peers_root", lambda: tmp_path / "peers")
+    return tmp_path

@@ -5,9 +5,7 @@ No test asserts a speed; the figures only have to exist and be positive.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,7 +16,7 @@ from rich.console import Console
 
 from edge_sdk.bench import bench as B
 from edge_sdk.bench import peers as P
-from edge_sdk.cli import bench as CB
+from bench_driver import bench_json
 from edge_sdk.errors import MissingDependency, UsageError
 
 TINY = {"alpha": 0.25, "resolution": 32, "classes": 10}
@@ -29,14 +27,6 @@ def tiny():
     from edge_sdk.models.zoo import build_zoo_model
 
     return build_zoo_model("mobilenet_v1", seed=1, **TINY)
-
-
-@pytest.fixture()
-def isolated(tmp_path, monkeypatch):
-    """Bench packages and peer models in tmp_path (the runtime bundle cache stays shared)."""
-    monkeypatch.setattr(B, "cache_root", lambda: tmp_path)
-    monkeypatch.setattr(P, "peers_root", lambda: tmp_path / "peers")
-    return tmp_path
 
 
 @pytest.fixture()
@@ -97,18 +87,11 @@ def test_wrong_output_is_a_status(tiny, isolated, monkeypatch):
     assert "golden check failed" in row.detail
 
 
-def _drive(argv: list[str], capsys) -> tuple[int, dict]:
-    parser = argparse.ArgumentParser()
-    CB.add_bench_parser(parser.add_subparsers())
-    code = CB.drive_bench(parser.parse_args(argv))
-    return code, json.loads(capsys.readouterr().out)
-
-
 def test_json_schema_store_and_missing_peers(isolated, capsys):
     db = isolated / "results.sqlite"
-    code, js = _drive(["bench", "mobilenet_v1", "--alpha", "0.25", "--resolution", "32", "--classes", "10",
-                       "--variants", "float32", "--peers", "--warmup", "1", "--repeat", "3", "--min-time-ms", "0",
-                       "--json", "--db", str(db)], capsys)
+    code, js = bench_json(["mobilenet_v1", "--alpha", "0.25", "--resolution", "32", "--classes", "10",
+                           "--variants", "float32", "--peers", "--warmup", "1", "--repeat", "3", "--min-time-ms",
+                           "0", "--json", "--db", str(db)], capsys)
     assert code == 0
     assert js["schema"] == B.SCHEMA and js["mode"] == "latency" and js["target"] == "host"
     assert js["model"]["peer_key"] == "mobilenet_v1_0.25_32_c10"

@@ -3,31 +3,20 @@ model over every vCPU's blocks); LiteRT only at one thread, saying why. No speed
 asserted: the figures have to exist, be per thread, and the per-thread instruction count be libtiming's."""
 from __future__ import annotations
 
-import argparse
-import json
-
 import pytest
 
 from edge_sdk.bench import bench as B
 from edge_sdk.bench import peers as P
-from edge_sdk.cli import bench as CB
+from bench_driver import bench_json
 from edge_sdk.errors import UsageError
 
 TINY = ["mobilenet_v1", "--alpha", "0.25", "--resolution", "32", "--classes", "10"]
 
 
-@pytest.fixture()
-def isolated(tmp_path, monkeypatch):
-    monkeypatch.setattr(B, "cache_root", lambda: tmp_path)
-    monkeypatch.setattr(P, "peers_root", lambda: tmp_path / "peers")
-    return tmp_path
-
-
 def _bench(argv, capsys) -> dict:
-    parser = argparse.ArgumentParser()
-    CB.add_bench_parser(parser.add_subparsers())
-    assert CB.drive_bench(parser.parse_args(["bench", *argv, "--json", "--no-store"])) == 0
-    return json.loads(capsys.readouterr().out)
+    code, js = bench_json([*argv, "--json", "--no-store"], capsys)
+    assert code == 0
+    return js
 
 
 @pytest.mark.slow

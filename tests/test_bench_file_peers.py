@@ -3,34 +3,22 @@
 figures only have to exist; the rows must name the file the peer ran and agree on the output shape."""
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 import pytest
 
-from edge_sdk.bench import bench as B
 from edge_sdk.bench import peers as P
-from edge_sdk.cli import bench as CB
+from bench_driver import bench_json
 
 DATA = Path(__file__).parent / "data" / "issue14"
 pytestmark = pytest.mark.slow  # compiles a (small) model per case
 
 
-@pytest.fixture()
-def isolated(tmp_path, monkeypatch):
-    monkeypatch.setattr(B, "cache_root", lambda: tmp_path)
-    monkeypatch.setattr(P, "peers_root", lambda: tmp_path / "peers")
-    return tmp_path
-
-
 def _bench(argv, capsys) -> dict:
-    parser = argparse.ArgumentParser()
-    CB.add_bench_parser(parser.add_subparsers())
-    code = CB.drive_bench(parser.parse_args(["bench", *argv, "--peers", "--warmup", "1", "--repeat", "2",
-                                             "--min-time-ms", "0", "--rounds", "1", "--json", "--no-store"]))
+    code, js = bench_json([*argv, "--peers", "--warmup", "1", "--repeat", "2", "--min-time-ms", "0", "--rounds", "1",
+                           "--json", "--no-store"], capsys)
     assert code == 0
-    return json.loads(capsys.readouterr().out)
+    return js
 
 
 @pytest.mark.parametrize("name,variant,engine", [
