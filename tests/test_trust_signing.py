@@ -162,3 +162,19 @@ def test_sign_key_on_compile(tmp_path, stranger_key, capsys, monkeypatch):
     capsys.readouterr()
     assert cli_main([*argv[:-1], str(tmp_path / "missing.key")]) == 2
     assert "no such signing key file" in capsys.readouterr().err
+
+
+def test_the_device_verifier_imports_only_the_stdlib_and_pynacl():
+    """runtime/verify_package.py is what the device runs from its bundle (python3 -I, before the switch)
+    and what signing.py checks with here: stdlib and PyNaCl only -- no compiler, no numpy, no edge_sdk."""
+    import ast
+    import sys
+
+    from edge_sdk.runtime import bundle, verify_package
+
+    assert "verify_package.py" in bundle._PY_MODULES  # shipped in the runtime bundle
+    tree = ast.parse(Path(verify_package.__file__).read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert "nacl" in names and all(n in sys.stdlib_module_names or n in ("__future__", "nacl") for n in names), names
+    assert signing.check_signature is verify_package.check_signature  # the host checks with the same code
