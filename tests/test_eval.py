@@ -162,6 +162,26 @@ def test_eval_errors_have_exit_codes_and_name_the_thing(tmp_path, host_package, 
     assert "3 labels, but the model has 10 classes" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+def test_a_labels_file_names_the_class_folders(tmp_path, host_package, capsys):
+    """--labels: sub-folders named by label score as the index-named ones, image for image."""
+    import shutil
+
+    images = _folder(tmp_path / "idx", {"0": 3, "3": 3, "9": 3}, size=(40, 60), seed=2)
+    names = [f"kind-{i}" for i in range(10)]
+    for d in images.iterdir():
+        shutil.copytree(d, tmp_path / "named" / names[int(d.name)])
+    (tmp_path / "labels.txt").write_text("\n".join(names) + "\n")
+    assert main(["eval", str(host_package), "--images", str(images), "--json", "--no-record"]) == 0
+    by_index = json.loads(capsys.readouterr().out)[0]
+    assert main(["eval", str(host_package), "--images", str(tmp_path / "named"), "--labels",
+                 str(tmp_path / "labels.txt"), "--json", "--no-record"]) == 0
+    by_label = json.loads(capsys.readouterr().out)[0]
+    assert by_label["images"] == by_index["images"] == 9
+    assert (by_label["top1_correct"], by_label["top5_correct"]) == (by_index["top1_correct"], by_index["top5_correct"])
+    assert [c["images"] for c in by_label["per_class"]] == [3, 3, 3]
+
+
 def test_a_file_model_without_mean_and_std_is_warned_and_bad_options_are_errors(tmp_path, data_dir, capsys):
     src, out = data_dir / "mobilenet_v1_0.25_64_float.tflite", tmp_path / "m.edgepkg"
     assert main(["compile", str(src), "-o", str(out), "--std", "0,1,1"]) == 2  # fails before compiling
