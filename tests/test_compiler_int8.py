@@ -254,6 +254,28 @@ def test_depthwise_kernel_tails_equal_reference(xs, dm, stride, padding, left_sh
     np.testing.assert_array_equal(_run_kernel(k, x), ref)
 
 
+@pytest.mark.parametrize("xs,kk,stride", [((1, 9, 10, 120), 5, (1, 1)), ((1, 11, 9, 72), 3, (1, 1)),
+                                          ((1, 12, 11, 144), 5, (2, 2)), ((1, 7, 8, 200), 3, (1, 1))])
+def test_depthwise_wide_channels_equal_reference(xs, kk, stride):
+    """MobileNetV3-Large / EfficientNet-B0 channel counts (not powers of two) with their 5x5 and stride-2
+    windows: the vector step is a power of two dividing C (dwconv.py), the tail of C none."""
+    from edge_sdk.compiler.int8 import kernels
+    from edge_sdk.compiler.ops.common import simd_of
+    from edge_sdk.quant import int8 as q8
+    from edge_sdk.targets import get_target
+
+    rng = np.random.default_rng(sum(xs) + kk)
+    x = rng.integers(-128, 128, xs).astype(np.int8)
+    w, bias, mult, shift = _layer(rng, 1, (kk, kk, xs[-1]))
+    bias, mult, shift = (rng.permutation(np.resize(v, xs[-1])) for v in (bias, mult, shift))
+    rq = q8.Requant(in_zp=-7, multiplier=mult, shift=shift, out_zp=3, act=(-128, 127))
+    win = q8.Window(stride, (1, 1), "SAME")
+    ref = q8.depthwise_conv2d(x, w, bias, rq, win, depth_multiplier=1)
+    k = kernels.depthwise(xs, w, bias, rq, win, depth_multiplier=1, simd=simd_of(get_target("host").tvm_target()),
+                          name="k")
+    np.testing.assert_array_equal(_run_kernel(k, x), ref)
+
+
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="needs binutils")
 def test_conv_kernel_x86_asm_uses_pmaddwd(tmp_path):
     import subprocess
