@@ -66,11 +66,9 @@ def test_run_input_errors_are_clean(host_package, tmp_path, capsys, kind):
 def test_output_folder_is_refused_before_the_compile(tmp_path, capsys):
     out = tmp_path / "model.edgepkg"
     out.mkdir()
-    t0 = time.monotonic()
     code, err = run_cli(["compile", "mobilenet_v1", "--alpha", "0.25", "--resolution", "32", "-o", str(out)], capsys)
     assert code == 2 and "is a folder" in err
-    assert "lowering" not in err and "golden" not in err  # nothing was built
-    assert time.monotonic() - t0 < 60  # a sanity bound, not a speed claim: a compile was not run
+    assert "lowering" not in err and "golden" not in err  # refused before the compile: nothing was built
     assert list(out.iterdir()) == []
 
 
