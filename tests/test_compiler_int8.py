@@ -294,6 +294,22 @@ def test_conv_kernel_x86_asm_uses_pmaddwd(tmp_path):
     assert "vpmuldq" in asm  # the requantize's widening multiply, vectorized and 32x32->64
 
 
+def test_conv_kernel_x86_row_tiles_allocate_no_workspace():
+    """The x86 GEMM's accumulator tile and pmaddwd pair are registers: as "local" buffers TVM allocated them
+    with TVMBackendAllocWorkspace in every 6-pixel row tile (the 12 accumulators then lived in memory)."""
+    import tvm
+
+    from edge_sdk.compiler.ops.common import simd_of
+
+    k, tgt = _conv_kernel("host")
+    if simd_of(tgt.tvm_target()).isa not in ("avx2", "avx512"):
+        pytest.skip("host without AVX2")
+    with tgt.tvm_target() as t:
+        ir = tvm.compile(tvm.IRModule({"qconv": k.func}), target=t).mod.inspect_source("ll")
+    assert "pmadd.wd" in ir or "vpdpwssd" in ir  # the pair step is there
+    assert "load ptr, ptr @__TVMBackendAllocWorkspace" not in ir
+
+
 def test_reader_drops_only_shape_arithmetic_that_feeds_a_reshape():
     """TF 2.16 writes Flatten as SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE's shape input; shapes are static,
     so that chain goes; the same ops feeding anything else stay (and validation then names them)."""

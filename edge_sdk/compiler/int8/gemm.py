@@ -34,14 +34,14 @@ from tvm import s_tir, te, tirx
 from tvm.script import tirx as T
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
-from edge_sdk.compiler.ops.common import Simd, finish, pick_tile, round_up
+from edge_sdk.compiler.ops.common import ACC_SCOPE, Simd, finish, pick_tile, round_up
 
 PMADDWD_8x2 = "edge_int16_pmaddwd_8x2_w8"
 
 
 @T.prim_func(s_tir=True)
 def _pmaddwd_desc(a: T.Buffer((2,), "int16", offset_factor=1), b: T.Buffer((8, 2), "int8", offset_factor=1),
-                  c: T.Buffer((8,), "int32", offset_factor=1, scope="local")) -> None:
+                  c: T.Buffer((8,), "int32", offset_factor=1)) -> None:
     with T.sblock("root"):
         T.reads(c[0:8], a[0:2], b[0:8, 0:2])
         T.writes(c[0:8])
@@ -54,14 +54,14 @@ def _pmaddwd_desc(a: T.Buffer((2,), "int16", offset_factor=1), b: T.Buffer((8, 2
 
 @T.prim_func(s_tir=True)
 def _pmaddwd_impl(a: T.Buffer((2,), "int16", offset_factor=1), b: T.Buffer((8, 2), "int8", offset_factor=1),
-                  c: T.Buffer((8,), "int32", offset_factor=1, scope="local")) -> None:
+                  c: T.Buffer((8,), "int32", offset_factor=1)) -> None:
     with T.sblock("root"):
         T.reads(c[0:8], a[0:2], b[0:8, 0:2])
         T.writes(c[0:8])
-        pair = T.reinterpret(a.vload([0], "int16x2"), dtype="int32")
+        # the pair inline (a named `pair = ...` became a 4-byte buffer from TVMBackendAllocWorkspace per row tile)
         c[T.ramp(T.int32(0), 1, 8)] = c[T.ramp(T.int32(0), 1, 8)] + T.call_llvm_pure_intrin(
             T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"),
-            T.reinterpret(T.broadcast(pair, 8), dtype="int16x16"),
+            T.reinterpret(T.broadcast(T.reinterpret(a.vload([0], "int16x2"), dtype="int32"), 8), dtype="int16x16"),
             T.Cast("int16x16", b.vload([0, 0], dtype="int8x16")),
             dtype="int32x8")
 
@@ -281,10 +281,13 @@ def schedule(sch, tile: GemmTile):
     weights_outer = k * npad > m * k  # keep the bigger operand's panel in cache
     outer = [no, mo] if weights_outer else [mo, no]
     sch.reorder(*outer, mi, ni)
+    # x86: the accumulator tile in ACC_SCOPE (a stack alloca LLVM keeps in registers); "local" made it a
+    # TVMBackendAllocWorkspace per row tile, the 12 accumulators then round-tripping through memory
+    scope = ACC_SCOPE if pairs else "local"
     sch.compute_at(bb, outer[1])
-    sch.set_scope(bb, 0, "local")
+    sch.set_scope(bb, 0, scope)
     sch.compute_at(cb, outer[1])
-    sch.set_scope(cb, 0, "local")
+    sch.set_scope(cb, 0, scope)
     bl = sch.get_loops(bb)[2:]
     if mr > 1:
         sch.unroll(bl[0])
