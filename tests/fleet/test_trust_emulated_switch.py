@@ -1,6 +1,7 @@
 """Issue 15 item 1 on the emulated Pi (arm64 Debian, its own sshd under qemu): a pi3 package is
 deployed, its install is signature-checked by the aarch64 bundle's own PyNaCl, and the switch
-script, stopped after each of its commands in turn, always leaves `current` naming a complete
+script -- and the install scripts (prepare and its sweep, package extract, runtime extract and
+placement) -- stopped after each of their commands in turn, always leave `current` naming a complete
 install that passes its golden check with the device's runner (run on the device, emulated)."""
 from __future__ import annotations
 
@@ -72,3 +73,75 @@ def test_switch_stopped_anywhere_on_the_emulated_pi(emulated_pis, pi3_package, v
         assert _current_runs(conn, [v1]) is v1
         left = set(conn.run(["sh", "-c", 'ls -A "$1"', "sh", folder]).stdout.split())
     assert left <= {"current", "previous", v1.sha256, v2.sha256} and not any(n.startswith(".") for n in left)
+
+
+def _cut_runs(conn, cuts, argv_for, *, check, stdin=None) -> int:
+    """Run each cut script on the device with its arguments; after each, `check()`. Returns the stops."""
+    stopped = 0
+    for n, script in cuts:
+        r = conn.run(["sh", "-c", script, "sh", *argv_for(n)], input=stdin, check=False, timeout=600)
+        stopped += r.exit_code == 97
+        check(n)
+    return stopped
+
+
+def test_install_scripts_stopped_anywhere_on_the_emulated_pi(emulated_pis, pi3_package, variant_package, tmp_path):
+    """The install side on the arm64 guest (its sh, coreutils, tar, flock): prepare and its sweep, the
+    package extract, the runtime extract and the runtime placement (a repair of the live runtime, the
+    riskiest path) each stopped after each command in turn; after every stop `current` names a complete
+    install that passes its golden pair with runtime/current's runner, and a deploy then completes."""
+    from edge_sdk.fleet.paths import PACKAGES, REMOTE_ROOT, RUNTIME, package_file
+    from edge_sdk.fleet.runtime_install import install_runtime
+    from edge_sdk.package import MANIFEST, MEMBERS
+
+    devices = load_fleet(emulated_pis.fleet_yaml).select()
+    kh = emulated_pis.root / "known_hosts"
+    v1 = LocalPackage.load(pi3_package)
+    v2 = LocalPackage.load(variant_package(pi3_package, tmp_path / "v2.edgepkg", note="v2"))
+    for pkg in (v2, v1):  # current v1, previous v2: both package files stay on the device
+        res = deploy(devices, [pkg], known_hosts=kh)
+        assert res.all_ok, [str(r.error) for r in res.failed]
+    folder, bundle = model_dir(v1.name), D.LocalBundle.for_arch(v1.arch)
+    with Connection(devices[0], known_hosts=kh) as conn:
+        runs_v1 = lambda n: _current_runs(conn, [v1]) is v1 or pytest.fail(f"line {n}")  # noqa: E731
+
+        def litter(n):  # what a cut run leaves, for the sweep to take (never current)
+            conn.run(["sh", "-c", 'mkdir -p "$1/.x.tmp-$3" "$2/.x.tmp-$3" && : > "$4/.y.part-$3"', "sh", folder,
+                      RUNTIME, f"cut{n}", PACKAGES])
+            return [REMOTE_ROOT]
+        stops = {"prepare": _cut_runs(conn, cut_variants(S.PREPARE_SH), litter, check=runs_v1)}
+
+        tmp = lambda n: posixpath.join(folder, f".{v2.sha256}.tmp-cut{n}")  # noqa: E731
+        stops["extract package"] = _cut_runs(
+            conn, cut_variants(S.EXTRACT_PACKAGE_SH),
+            lambda n: [package_file(v2.sha256), tmp(n), MANIFEST, *MEMBERS], stdin=v2.checklist(),
+            check=lambda n: runs_v1(n) and conn.run(["rm", "-rf", tmp(n)]))
+
+        keep = ".cut-runtime.tar.gz"  # the archive, outside the install root's sweeps
+        conn.put(bundle.archive, keep, sha256=bundle.sha256)
+        archive = posixpath.join(RUNTIME, f".{bundle.id}.tar.gz")
+        rtmp = lambda n: posixpath.join(RUNTIME, f".{bundle.id}.tmp-cut{n}")  # noqa: E731
+
+        def fresh_archive(n):
+            conn.run(["cp", keep, archive])
+            return [archive, rtmp(n), bundle.id]
+        stops["extract runtime"] = _cut_runs(conn, cut_variants(S.EXTRACT_RUNTIME_SH), fresh_archive,
+                                             stdin=bundle.checklist(),
+                                             check=lambda n: runs_v1(n) and conn.run(["rm", "-rf", rtmp(n), archive]))
+
+        def extracted(n):  # a checked copy of the live runtime, as _place has it before the placement
+            conn.run(["sh", "-c", S.EXTRACT_RUNTIME_SH, "sh", *fresh_archive(n)], input=bundle.checklist(), timeout=600)
+            return [rtmp(n), posixpath.join(RUNTIME, bundle.id), archive, f"cut{n}", bundle.id, "place"]
+
+        def after_place(n):
+            runs_v1(n)
+            install_runtime(conn, bundle)  # deploy's own repair of what the stop left (raises if it cannot)
+            runs_v1(n)
+        stops["place runtime"] = _cut_runs(conn, cut_variants(S.PLACE_RUNTIME_SH), extracted, check=after_place)
+        conn.run(["rm", "-f", keep])
+    assert all(v >= 4 for v in stops.values()), stops
+    again = deploy(devices, [v2], known_hosts=kh)  # the next deploy finds a working device and completes
+    assert again.all_ok, [str(r.error) for r in again.failed]
+    with Connection(devices[0], known_hosts=kh) as conn:
+        assert _current_runs(conn, [v2]) is v2
+        assert conn.readlink(CURRENT_RUNTIME) == bundle.id
