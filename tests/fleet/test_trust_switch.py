@@ -210,6 +210,28 @@ def test_a_runtime_that_fails_an_installed_model_is_not_switched_to(fleet, v1, m
     assert_current_runs(loop, [v1])
 
 
+def test_install_runtime_does_not_switch_to_a_runtime_that_fails_an_installed_model(fleet, v1, monkeypatch):
+    """The same refusal through install_runtime itself: a runtime already on the device (its files taken as
+    intact) whose runner fails the installed model's golden pair is not made runtime/current."""
+    from dataclasses import replace
+
+    loops, devices, kh = fleet
+    dev = devices[0]
+    loop = loops[dev.name]
+    assert D.deploy([dev], [v1], known_hosts=kh).all_ok
+    rt = root(loop) / "runtime"
+    before = os.readlink(rt / "current")
+    subprocess.run(["cp", "-a", str(rt / before), str(rt / "broken")], check=True)
+    (rt / "broken" / "bin" / "edge-runner").write_text("#!/bin/sh\nexit 3\n")
+    monkeypatch.setattr(R, "runtime_intact", lambda conn, bundle: True)  # skip the hashes: the runner is broken
+    broken = replace(D.LocalBundle.for_arch(v1.arch), id="broken")
+    with Connection(dev, known_hosts=kh) as conn, \
+            pytest.raises(D.DeviceError, match=f"fails the golden check of installed model.*{v1.name}"):
+        R.install_runtime(conn, broken)
+    assert os.readlink(rt / "current") == before
+    assert_current_runs(loop, [v1])
+
+
 def test_one_device_lock_serialises_mutating_operations(fleet, v1, v2):
     loops, devices, kh = fleet
     dev = devices[0]
