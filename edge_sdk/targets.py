@@ -82,6 +82,11 @@ class Target:
 
         return tvm.target.Target(dict(self.llvm))
 
+    def strip_tool(self) -> str | None:
+        """binutils' strip for this target's libraries (aarch64-linux-gnu-strip beside the cross g++), if installed."""
+        tool = self.cross_cc.rsplit("-", 1)[0] + "-strip" if self.cross_cc else "strip"
+        return shutil.which(tool)
+
     def compiler(self):
         """The fcompile for export_library; raises if the cross compiler is missing."""
         if self.cross_cc is None:

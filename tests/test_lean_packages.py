@@ -98,6 +98,15 @@ def weight_bytes(mod) -> int:
     return 4 * sum(total)
 
 
+def _sections(lib: Path) -> list[str]:
+    """ELF section names, read with binutils' readelf (it reads either architecture)."""
+    import subprocess
+
+    out = subprocess.run(["readelf", "-SW", str(lib)], capture_output=True, text=True, check=True).stdout
+    return [line.split("]", 1)[1].split()[0] for line in out.splitlines() if line.strip().startswith("[")
+            and "]" in line and line.split("]", 1)[1].split()]
+
+
 @pytest.fixture(scope="module")
 def small_resnet():
     from edge_sdk.models.zoo import build_zoo_model
@@ -146,6 +155,8 @@ def test_pi3_package_is_lean_and_runs_under_qemu(small_resnet, tmp_path):
     assert any("winograd" in k for k in kernels) and not any("wino_wt" in k for k in kernels)
     stored = pkg.member("params.bin").stat().st_size
     assert stored <= 1.05 * weight_bytes(small_resnet.mod), (stored, weight_bytes(small_resnet.mod))
+    sections = _sections(pkg.member("model.so"))  # no DWARF shipped; the symbols the profilers read stay
+    assert ".symtab" in sections and not [n for n in sections if n.startswith(".debug")], sections
     x = small_resnet.example_input(seed=6)
     ref = np.asarray(evaluate(small_resnet.mod, x))
     res = run_compiled(lib=pkg.member("model.so"), params=pkg.member("params.bin"), input=x, arch="aarch64",
@@ -160,5 +171,6 @@ def test_pi3_package_is_lean_and_runs_under_qemu(small_resnet, tmp_path):
         from edge_sdk_runtime.loader import load
     finally:
         sys.path.pop(0)
+    assert not [n for n in _sections(hpkg.member("model.so")) if n.startswith(".debug")]
     model = load(hpkg.member("model.so"), hpkg.member("params.bin"))
     np.testing.assert_allclose(model.run(x), ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))

@@ -7,6 +7,7 @@ export the library (cross-linked for Pi targets) and parameters, write the packa
 from __future__ import annotations
 
 import datetime as _dt
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_sdk import __version__
+from edge_sdk.errors import CompileError
 from edge_sdk.compiler.layers import layer_table
 from edge_sdk.models.base import Model
 from edge_sdk.package import npy_bytes, write_package
@@ -165,11 +167,23 @@ def _export(tmpd: Path, target: Target, low: Lowered, *, fcompile, say) -> dict[
         low.executable.export_library(str(lib))
     else:
         low.executable.export_library(str(lib), fcompile=fcompile)
+    _strip_debug(lib, target)
     tvm.runtime.save_param_dict_to_file({k: tvm.runtime.tensor(v) for k, v in low.params.items()},
                                         str(tmpd / "params.bin"))
     (tmpd / "golden_input.npy").write_bytes(npy_bytes(low.golden_input))
     (tmpd / "golden_output.npy").write_bytes(npy_bytes(low.golden_output))
     return {n: tmpd / n for n in ("model.so", "params.bin", "golden_input.npy", "golden_output.npy")}
+
+
+def _strip_debug(lib: Path, target: Target) -> None:
+    """Drop the DWARF sections LLVM writes (half of model.so: 1.07 -> 0.54 MB for EfficientNet-B0 on pi3).
+    The symbol table stays: the runner's per-kernel profile and the timing model name functions by it."""
+    tool = target.strip_tool()
+    if tool is None:
+        return  # debug info is harmless, only bytes on the device
+    r = subprocess.run([tool, "--strip-debug", str(lib)], capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise CompileError(f"{tool} --strip-debug {lib.name} failed: {r.stderr.strip()[-500:]}")
 
 
 def _manifest(model: Model, variant: Variant, target: Target, low: Lowered, *, layers: list[dict],
