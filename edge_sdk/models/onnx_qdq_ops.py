@@ -182,6 +182,38 @@ def unary(b: Builder, node, a: dict) -> None:
     b.op(kind, [x.index], [_out(b, node, nhwc=x.nhwc).index])
 
 
+def _const_real(b: Builder, node, i: int) -> np.ndarray:
+    """A float constant input: an initializer, or a DequantizeLinear of one (its real values)."""
+    name = node.input[i]
+    if name in b.weights:
+        data, q = b.weights[name]
+        zp = np.asarray(q.zero_point, np.float64).reshape(-1)
+        return (data.astype(np.float64).reshape(-1) - zp) * np.asarray(q.scale, np.float64).reshape(-1)
+    if name in b.consts:
+        return b.consts[name].astype(np.float64).reshape(-1)
+    raise b.fail(f"input '{name}' is not a constant")
+
+
+def batch_norm(b: Builder, node, a: dict) -> None:
+    """DQ -> BatchNormalization -> Q (a pre-activation BN the quantizer left float: DenseNet) as a 1x1
+    DEPTHWISE_CONV_2D: y = A_c x + B_c with A_c = gamma / sqrt(var + eps), B_c = beta - A_c mean, as the
+    int8 weight sign(A_c) * 127 at per-channel scale |A_c| / 127 and an int32 bias B_c / (s_in |A_c| / 127):
+    a per-channel integer requantize, TFLite's fixed-point arithmetic."""
+    x = b.layout(_act(b, node), True)
+    gamma, beta, mean, var = (_const_real(b, node, i) for i in (1, 2, 3, 4))
+    scale = gamma / np.sqrt(var + float(a.get("epsilon", 1e-5)))
+    shift = beta - scale * mean
+    s_w = np.where(scale != 0, np.abs(scale) / 127.0, 1.0).astype(np.float32)
+    w = np.where(scale > 0, 127, np.where(scale < 0, -127, 0)).astype(np.int8).reshape(1, 1, 1, -1)
+    s_b = np.float32(b.q_of(x).s) * s_w
+    bias = np.clip(np.round(shift / s_b.astype(np.float64)), -2 ** 31, 2 ** 31 - 1).astype(np.int32)
+    zeros = np.zeros(s_w.shape, np.int64)
+    wi = b.const(node.input[1] + "/bn_weight", w, qparams(s_w, zeros.astype(np.int8), 3))
+    bi = b.const(node.input[2] + "/bn_bias", bias, qparams(s_b, zeros))
+    b.op("DEPTHWISE_CONV_2D", [x.index, wi, bi], [_out(b, node, nhwc=True).index], padding="VALID", stride=(1, 1),
+         dilation=(1, 1), act=0, depth_multiplier=1)
+
+
 def global_pool(b: Builder, node, a: dict) -> None:
     x = _act(b, node)
     if node.op_type == "ReduceMean":
@@ -310,7 +342,7 @@ MAP = {"Conv": conv, "Gemm": gemm, "MatMul": gemm, "Add": binary, "Sub": binary,
        "GlobalAveragePool": global_pool, "ReduceMean": global_pool, "MaxPool": pool, "AveragePool": pool,
        "Concat": concat, "Split": split, "Slice": slice_, "Reshape": layout_op, "Flatten": layout_op,
        "Squeeze": layout_op, "Unsqueeze": layout_op, "Transpose": layout_op, "Identity": layout_op,
-       "Dropout": layout_op}
+       "Dropout": layout_op, "BatchNormalization": batch_norm}
 # what docs/OPS.md says of the QDQ path (tools/make_ops_doc.py): each op's int8 op, and what is refused
 BECOMES = {"Conv": "CONV_2D, DEPTHWISE_CONV_2D (group = channels)", "Gemm": "FULLY_CONNECTED", "MatMul": "FULLY_CONNECTED",
            "Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Sigmoid": "LOGISTIC", "HardSigmoid": "ADD (input re-labelled)",
@@ -318,11 +350,10 @@ BECOMES = {"Conv": "CONV_2D, DEPTHWISE_CONV_2D (group = channels)", "Gemm": "FUL
            "MaxPool": "MAX_POOL_2D (PADV2 -128 for pads, ceil_mode)", "AveragePool": "AVERAGE_POOL_2D",
            "Concat": "CONCATENATION", "Split": "SPLIT_V", "Slice": "STRIDED_SLICE", "Reshape": "RESHAPE",
            "Flatten": "RESHAPE", "Squeeze": "RESHAPE", "Unsqueeze": "RESHAPE", "Transpose": "TRANSPOSE",
-           "Identity": "-", "Dropout": "-"}
+           "Identity": "-", "Dropout": "-", "BatchNormalization": "DEPTHWISE_CONV_2D 1x1 (per-channel scale and bias)"}
 REFUSED = ("operator-oriented files (QLinearConv, QLinearMatMul, QLinearAdd ...: QuantFormat.QOperator)",
            "uint8 (QUInt8) or int16 activations, per-channel activation scales",
-           "a float op between DequantizeLinear and QuantizeLinear that is not above (e.g. BatchNormalization "
-           "the quantizer left unfolded, Softmax, Resize)",
+           "a float op between DequantizeLinear and QuantizeLinear that is not above (e.g. Softmax, Resize)",
            "grouped (not depthwise) convolution, average pooling whose padding is excluded from the mean "
            "(count_include_pad 0) unless it is TFLite's SAME padding, Gemm with alpha/beta/transA")
 
