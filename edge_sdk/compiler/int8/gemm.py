@@ -284,10 +284,9 @@ def schedule(sch, tile: GemmTile):
     # x86: the accumulator tile in ACC_SCOPE (a stack alloca LLVM keeps in registers); "local" made it a
     # TVMBackendAllocWorkspace per row tile, the 12 accumulators then round-tripping through memory
     scope = ACC_SCOPE if pairs else "local"
-    sch.compute_at(bb, outer[1])
-    sch.set_scope(bb, 0, scope)
-    sch.compute_at(cb, outer[1])
-    sch.set_scope(cb, 0, scope)
+    for blk in (bb, cb):
+        sch.compute_at(blk, outer[1])
+        sch.set_scope(blk, 0, scope)
     bl = sch.get_loops(bb)[2:]
     if mr > 1:
         sch.unroll(bl[0])
