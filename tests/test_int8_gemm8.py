@@ -139,17 +139,3 @@ def test_gemm8_aarch64_asm_is_the_8bit_step(tmp_path):
     ops = [line.split("\t")[2].split()[0] for line in asm.splitlines() if line.count("\t") >= 2]
     assert ops.count("smlal2") >= 16 and ops.count("sadalp") >= 16  # one 4x4x16 step at least
     assert "smlal" not in ops  # no 16-bit by-lane multiply-accumulate left
-
-
-def test_gemm8_row_tiles_allocate_no_workspace():
-    """The 4x4x16 step's vectors stay values: named temporaries in its TVMScript became 16-byte buffers that
-    TVM allocated with TVMBackendAllocWorkspace in every row tile (4 alloc/free pairs per 4 output pixels)."""
-    import tvm
-
-    from edge_sdk.targets import get_target
-
-    k = _pi3_kernel(*_case(0, CASES[0])[:5])  # 35 rows: the row-tile loop is the outer one
-    with get_target("pi3").tvm_target() as tgt:
-        ir = tvm.compile(tvm.IRModule({"k": k.func}), target=tgt).mod.inspect_source("ll")
-    assert "llvm.aarch64.neon.saddlp" in ir  # the 8-bit step is there
-    assert "load ptr, ptr @__TVMBackendAllocWorkspace" not in ir

@@ -35,7 +35,6 @@ from edge_sdk.compiler.ops.common import ACC_SCOPE, finish, largest_divisor, rou
 MR = NR = 4
 KB = 16
 SMULL_4x4 = "edge_int8_smull_sadalp_4x4x16"
-SMULL_4x4_TMP = "edge_int8_smull_sadalp_4x4x16_tmp"
 LANE_SUM_4 = "edge_int32_lane_sum_addp_4x4"
 
 
@@ -62,35 +61,9 @@ def _desc(a: T.handle, b: T.handle, c: T.handle) -> None:
 
 @T.prim_func(s_tir=True)
 def _impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-    sa, sb, s0, s1 = T.int32(), T.int32(), T.int32(), T.int32()
-    A = T.match_buffer(a, (4, 16), "int8", offset_factor=1, strides=[sa, 1])
-    B = T.match_buffer(b, (4, 16), "int8", offset_factor=1, strides=[sb, 1])
-    C = T.match_buffer(c, (4, 4, 4), "int32", offset_factor=1, strides=[s0, s1, 1])
-    with T.sblock("root"):
-        T.reads(C[0:4, 0:4, 0:4], A[0:4, 0:16], B[0:4, 0:16])
-        T.writes(C[0:4, 0:4, 0:4])
-        # no named vector temporaries (av = A.vload(...)): TVM 0.27 makes each one a 16-byte buffer, allocated
-        # with TVMBackendAllocWorkspace per row tile of the parallel loop (4 alloc/free pairs per 4 pixels:
-        # 15 % of MobileNetV3-Large int8's modelled Pi 3 cycles); LLVM CSEs the repeated loads
-        for i in T.unroll(4):
-            for j in T.unroll(4):
-                C[i, j, T.ramp(T.int32(0), 1, 4)] = C[i, j, T.ramp(T.int32(0), 1, 4)] + T.call_llvm_pure_intrin(
-                    T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.saddlp"),
-                    T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.smull"),
-                                            T.Shuffle([A.vload([i, 0], "int8x16")], [0, 1, 2, 3, 4, 5, 6, 7]),
-                                            T.Shuffle([B.vload([j, 0], "int8x16")], [0, 1, 2, 3, 4, 5, 6, 7]),
-                                            dtype="int16x8")
-                    + T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.smull"),
-                                              T.Shuffle([A.vload([i, 0], "int8x16")], [8, 9, 10, 11, 12, 13, 14, 15]),
-                                              T.Shuffle([B.vload([j, 0], "int8x16")], [8, 9, 10, 11, 12, 13, 14, 15]),
-                                              dtype="int16x8"), dtype="int32x4")
-
-
-@T.prim_func(s_tir=True)
-def _impl_tmp(a: T.handle, b: T.handle, c: T.handle) -> None:
-    """The step with named vector temporaries (16-byte buffers from TVMBackendAllocWorkspace once per tile
-    of the parallel loop): kept where the weight panel is outer, where it models faster (EfficientNet-B0
-    224's 7x7/14x14 1x1 convs: 3.1 against 6.1 M cycles) though we do not yet know why."""
+    """The step. Its named vector temporaries cost a 16-byte TVMBackendAllocWorkspace each per tile of the
+    parallel loop; a temporary-free version (f1b271b, reverted) removed that but doubled ResNet18 int8's
+    rows-outer 3x3 convs in the timing model (56x56 / 28x28, K >= 576: ~32 -> 69.7 M cycles, load/store-bound)."""
     sa, sb, s0, s1 = T.int32(), T.int32(), T.int32(), T.int32()
     A = T.match_buffer(a, (4, 16), "int8", offset_factor=1, strides=[sa, 1])
     B = T.match_buffer(b, (4, 16), "int8", offset_factor=1, strides=[sb, 1])
@@ -146,8 +119,6 @@ def _register() -> None:
 
     if TensorIntrin.get(SMULL_4x4, allow_missing=True) is None:
         TensorIntrin.register(SMULL_4x4, _desc, _impl)
-    if TensorIntrin.get(SMULL_4x4_TMP, allow_missing=True) is None:
-        TensorIntrin.register(SMULL_4x4_TMP, _desc, _impl_tmp)
     if TensorIntrin.get(LANE_SUM_4, allow_missing=True) is None:
         TensorIntrin.register(LANE_SUM_4, _sum_desc, _sum_impl)
 
@@ -280,7 +251,7 @@ def _schedule(sch, *, m: int, npad: int, plain_copy: bool, red_b: int) -> None:
         rl = [*rl[:-1], rbo, rbi]
     sch.decompose_reduction(cb, rl[0] if rl else ci_)
     _register()
-    sch.tensorize(ci_, SMULL_4x4_TMP if weights_outer else SMULL_4x4)
+    sch.tensorize(ci_, SMULL_4x4)
     si, sj, _ = sch.get_loops(sb)[2:]
     sch.unroll(si)
     sch.decompose_reduction(sb, sj)
