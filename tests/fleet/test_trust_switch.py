@@ -193,19 +193,24 @@ def test_a_runtime_bundle_signed_by_an_untrusted_key_is_refused_on_the_device(fl
     assert_current_runs(loop, [v1])
 
 
-def test_a_runtime_that_fails_an_installed_model_is_not_switched_to(fleet, v1, monkeypatch):
+def _installed_with_a_broken_runtime(fleet, v1):
+    """v1 deployed, and beside its runtime a "new" one, runtime/broken: a copy whose runner exits 3."""
     loops, devices, kh = fleet
     dev = devices[0]
     loop = loops[dev.name]
     assert D.deploy([dev], [v1], known_hosts=kh).all_ok
     rt = root(loop) / "runtime"
     before = os.readlink(rt / "current")
-    with Connection(dev, known_hosts=kh) as conn:
-        # a "new" runtime whose runner cannot run the installed model: a copy with a broken runner
-        subprocess.run(["cp", "-a", str(rt / before), str(rt / "broken")], check=True)
-        (rt / "broken" / "bin" / "edge-runner").write_text("#!/bin/sh\nexit 3\n")
-        with pytest.raises(D.DeviceError, match=f"fails the golden check of installed model.*{v1.name}"):
-            R.recheck_models(conn, ".edge-sdk/runtime/broken")
+    subprocess.run(["cp", "-a", str(rt / before), str(rt / "broken")], check=True)
+    (rt / "broken" / "bin" / "edge-runner").write_text("#!/bin/sh\nexit 3\n")
+    return loop, dev, kh, rt, before
+
+
+def test_a_runtime_that_fails_an_installed_model_is_not_switched_to(fleet, v1, monkeypatch):
+    loop, dev, kh, rt, before = _installed_with_a_broken_runtime(fleet, v1)
+    with Connection(dev, known_hosts=kh) as conn, \
+            pytest.raises(D.DeviceError, match=f"fails the golden check of installed model.*{v1.name}"):
+        R.recheck_models(conn, ".edge-sdk/runtime/broken")
     assert os.readlink(rt / "current") == before
     assert_current_runs(loop, [v1])
 
@@ -215,14 +220,7 @@ def test_install_runtime_does_not_switch_to_a_runtime_that_fails_an_installed_mo
     intact) whose runner fails the installed model's golden pair is not made runtime/current."""
     from dataclasses import replace
 
-    loops, devices, kh = fleet
-    dev = devices[0]
-    loop = loops[dev.name]
-    assert D.deploy([dev], [v1], known_hosts=kh).all_ok
-    rt = root(loop) / "runtime"
-    before = os.readlink(rt / "current")
-    subprocess.run(["cp", "-a", str(rt / before), str(rt / "broken")], check=True)
-    (rt / "broken" / "bin" / "edge-runner").write_text("#!/bin/sh\nexit 3\n")
+    loop, dev, kh, rt, before = _installed_with_a_broken_runtime(fleet, v1)
     monkeypatch.setattr(R, "runtime_intact", lambda conn, bundle: True)  # skip the hashes: the runner is broken
     broken = replace(D.LocalBundle.for_arch(v1.arch), id="broken")
     with Connection(dev, known_hosts=kh) as conn, \
