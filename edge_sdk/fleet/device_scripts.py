@@ -174,6 +174,9 @@ while [ ! -e "$1.locked" ]; do
   sleep 0.1; i=$((i + 1))
 done"""
 
+# $1 the run's token path: the hold is still ours (renewed), or fail before anything else is changed.
+RENEW_LOCK_SH = r"""[ -e "$1.locked" ] && touch "$1.hold" || { echo "the device lock lapsed" >&2; exit 1; }"""
+
 # $1 the run's token path: let go (the holder sees $1.hold gone within a second), then tidy.
 RELEASE_LOCK_SH = r"""rm -f "$1.hold"
 i=0

@@ -17,7 +17,8 @@ the bundle's verifier on the device, golden pair with edge-runner --expect), sam
 failed package is removed and the previous version stays current. The play holds deploy's device lock
 (device_lock.py's flock file) from its first step to its last, so a deploy, rollback, tune or a second
 Ansible run on the same device waits instead of sweeping its files; a run that dies lets go after
-lock.stale seconds (artifacts.yml; override with -e). The copy module skips a file
+lock.stale seconds (artifacts.yml; override with -e). The hold is renewed before each package and again
+after its upload, and a lapsed hold fails the host before anything is extracted or switched. The copy module skips a file
 whose checksum already matches, so an unchanged re-run transfers no package bytes either.
 """
 from __future__ import annotations
@@ -36,7 +37,8 @@ from edge_sdk.fleet.config import Device, Fleet
 from edge_sdk.fleet.deploy import (EXTRACT_PACKAGE_SH, EXTRACT_RUNTIME_SH, PLACE_RUNTIME_SH, SWITCH_SH, LocalBundle,
                                    LocalPackage)
 from edge_sdk.fleet.device_lock import LOCK
-from edge_sdk.fleet.device_scripts import HOLD_LOCK_SH, RELEASE_LOCK_SH, VERIFY_PACKAGE_SH, WAIT_LOCK_SH
+from edge_sdk.fleet.device_scripts import (HOLD_LOCK_SH, RELEASE_LOCK_SH, RENEW_LOCK_SH, VERIFY_PACKAGE_SH,
+                                           WAIT_LOCK_SH)
 from edge_sdk.fleet.paths import REMOTE_ROOT
 from edge_sdk.fleet.ssh import known_hosts_name
 from edge_sdk.package import MANIFEST, MEMBERS
@@ -128,7 +130,7 @@ PACKAGE_TASKS = """\
 # one package: upload unless present, check on the device, golden run, atomic switch
 - name: "{{ pkg.name }}: the device lock is still ours (a hold not renewed for lock.stale seconds lapses)"
   ansible.builtin.command:
-    argv: [sh, -c, '[ -e "$1.locked" ] && touch "$1.hold" || { echo "the device lock lapsed" >&2; exit 1; }', sh,
+    argv: [sh, -c, "{{ scripts.renew_lock }}", sh,
            "{{ edge_root }}/.ansible-lock-{{ lock_token }}"]
     chdir: "~"
   changed_when: false
@@ -147,6 +149,12 @@ PACKAGE_TASKS = """\
       ansible.builtin.assert:
         that: stored.stat.checksum == pkg.sha256
         fail_msg: "{{ pkg.file }} damaged in transit on {{ inventory_hostname }}"
+    - name: "{{ pkg.name }}: the device lock is still ours after the upload"
+      ansible.builtin.command:
+        argv: [sh, -c, "{{ scripts.renew_lock }}", sh,
+               "{{ edge_root }}/.ansible-lock-{{ lock_token }}"]
+        chdir: "~"
+      changed_when: false
     - name: "{{ pkg.name }}: extract and check members"
       ansible.builtin.command:
         argv: [sh, -c, "{{ scripts.extract_package }}", sh, "{{ edge_root }}/packages/{{ pkg.sha256 }}.edgepkg",
@@ -205,7 +213,8 @@ def write_ansible(fleet: Fleet, devices: Sequence[Device], packages: Sequence[Lo
     _write(files / "trusted-keys.json", trusted_file_bytes().decode())
     scripts = {"extract_runtime": EXTRACT_RUNTIME_SH, "place_runtime": PLACE_RUNTIME_SH,
                "extract_package": EXTRACT_PACKAGE_SH, "verify_package": VERIFY_PACKAGE_SH, "switch": SWITCH_SH,
-               "hold_lock": HOLD_LOCK_SH, "wait_lock": WAIT_LOCK_SH, "release_lock": RELEASE_LOCK_SH}
+               "hold_lock": HOLD_LOCK_SH, "wait_lock": WAIT_LOCK_SH, "renew_lock": RENEW_LOCK_SH,
+               "release_lock": RELEASE_LOCK_SH}
     for name, text in scripts.items():  # Ansible would template them otherwise
         if any(t in text for t in ("{{", "{%", "{#")):
             raise AssertionError(f"script {name} contains a Jinja delimiter")

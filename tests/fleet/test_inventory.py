@@ -161,7 +161,7 @@ def test_an_ansible_hold_not_renewed_lapses(tmp_path):
     died without its `always` step), so a dead run never keeps a device locked for good."""
     import time
 
-    from edge_sdk.fleet.device_scripts import HOLD_LOCK_SH, WAIT_LOCK_SH
+    from edge_sdk.fleet.device_scripts import HOLD_LOCK_SH, RENEW_LOCK_SH, WAIT_LOCK_SH
 
     lock, token = tmp_path / "rt" / "lock", tmp_path / ".ansible-lock-1"
     holder = subprocess.Popen(["sh", "-c", HOLD_LOCK_SH, "sh", str(lock), str(token), "5", "3"])
@@ -169,10 +169,12 @@ def test_an_ansible_hold_not_renewed_lapses(tmp_path):
         subprocess.run(["sh", "-c", WAIT_LOCK_SH, "sh", str(token), "5"], check=True, timeout=60)
         for _ in range(3):  # renewed: still held after more than `stale` seconds in all
             assert subprocess.run(["flock", "-n", str(lock), "true"]).returncode != 0
-            os.utime(token.with_name(token.name + ".hold"))
+            subprocess.run(["sh", "-c", RENEW_LOCK_SH, "sh", str(token)], check=True)  # the play's renewal
             time.sleep(1.5)
         holder.wait(timeout=30)  # not renewed: lapses
     finally:
         holder.kill()
     assert subprocess.run(["flock", "-n", str(lock), "true"]).returncode == 0
     assert not list(tmp_path.glob(".ansible-lock-1*"))
+    renew = subprocess.run(["sh", "-c", RENEW_LOCK_SH, "sh", str(token)], capture_output=True, text=True)
+    assert renew.returncode != 0 and "lapsed" in renew.stderr  # the play's next step fails the host
