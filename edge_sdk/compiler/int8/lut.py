@@ -15,7 +15,7 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 
-from edge_sdk.compiler.ops.common import mark_scheduled
+from edge_sdk.compiler.ops.common import has_feature, mark_scheduled
 
 VEC = 64
 PERMI2B = "llvm.x86.avx512.vpermi2var.qi.512"
@@ -23,10 +23,8 @@ PERMI2B = "llvm.x86.avx512.vpermi2var.qi.512"
 
 def has_vbmi() -> bool:
     """Whether the current target (compile_int8 runs under `with target:`) has AVX-512 VBMI."""
-    from tvm.target import codegen
-
     tgt = tvm.target.Target.current(allow_none=True)
-    return tgt is not None and str(tgt.kind) == "llvm" and bool(codegen.target_has_features("avx512vbmi", tgt))
+    return tgt is not None and str(tgt.kind) == "llvm" and has_feature(tgt, "avx512vbmi")
 
 
 def lut_vbmi(shape, *, name: str):

@@ -33,16 +33,21 @@ class Simd:
         return {"avx2": 6, "sse": 6, "avx512": 12, "neon": 8}.get(self.isa, 4)
 
 
-def simd_of(target: tvm.target.Target) -> Simd:
-    """Read the vector ISA from the target; a target without SIMD still gets a (scalar) Simd."""
+def has_feature(target: tvm.target.Target, feature: str) -> bool:
+    """Whether an LLVM target (its -mcpu / -mattr) has a CPU feature, e.g. "avx512vbmi"."""
     from tvm.target import codegen
 
+    return bool(codegen.target_has_features(feature, target))
+
+
+def simd_of(target: tvm.target.Target) -> Simd:
+    """Read the vector ISA from the target; a target without SIMD still gets a (scalar) Simd."""
     triple = str(target.attrs.get("mtriple", ""))
     if triple.startswith("aarch64") or triple.startswith("arm64"):
         return Simd("neon", 4, 32)
-    if codegen.target_has_features("avx512f", target):
+    if has_feature(target, "avx512f"):
         return Simd("avx512", 16, 32)
-    if codegen.target_has_features("avx2", target) or codegen.target_has_features("avx", target):
+    if has_feature(target, "avx2") or has_feature(target, "avx"):
         return Simd("avx2", 8, 16)
     if triple.startswith("x86_64"):
         return Simd("sse", 4, 16)
