@@ -103,7 +103,10 @@ def test_install_scripts_stopped_anywhere_on_the_emulated_pi(emulated_pis, pi3_p
         assert res.all_ok, [str(r.error) for r in res.failed]
     folder, bundle = model_dir(v1.name), D.LocalBundle.for_arch(v1.arch)
     with Connection(devices[0], known_hosts=kh) as conn:
-        runs_v1 = lambda n: _current_runs(conn, [v1]) is v1 or pytest.fail(f"line {n}")  # noqa: E731
+        def runs_v1(n, *leftovers):  # v1 still current and passing; then remove what the cut run left
+            assert _current_runs(conn, [v1]) is v1, f"line {n}"
+            if leftovers:
+                conn.run(["rm", "-rf", *leftovers])
 
         def litter(n):  # what a cut run leaves, for the sweep to take (never current)
             conn.run(["sh", "-c", 'mkdir -p "$1/.x.tmp-$3" "$2/.x.tmp-$3" && : > "$4/.y.part-$3"', "sh", folder,
@@ -115,7 +118,7 @@ def test_install_scripts_stopped_anywhere_on_the_emulated_pi(emulated_pis, pi3_p
         stops["extract package"] = _cut_runs(
             conn, cut_variants(S.EXTRACT_PACKAGE_SH),
             lambda n: [package_file(v2.sha256), tmp(n), MANIFEST, *MEMBERS], stdin=v2.checklist(),
-            check=lambda n: runs_v1(n) and conn.run(["rm", "-rf", tmp(n)]))
+            check=lambda n: runs_v1(n, tmp(n)))
 
         keep = ".cut-runtime.tar.gz"  # the archive, outside the install root's sweeps
         conn.put(bundle.archive, keep, sha256=bundle.sha256)
@@ -127,7 +130,7 @@ def test_install_scripts_stopped_anywhere_on_the_emulated_pi(emulated_pis, pi3_p
             return [archive, rtmp(n), bundle.id]
         stops["extract runtime"] = _cut_runs(conn, cut_variants(S.EXTRACT_RUNTIME_SH), fresh_archive,
                                              stdin=bundle.checklist(),
-                                             check=lambda n: runs_v1(n) and conn.run(["rm", "-rf", rtmp(n), archive]))
+                                             check=lambda n: runs_v1(n, rtmp(n), archive))
 
         def extracted(n):  # a checked copy of the live runtime, as _place has it before the placement
             conn.run(["sh", "-c", S.EXTRACT_RUNTIME_SH, "sh", *fresh_archive(n)], input=bundle.checklist(), timeout=600)
