@@ -8,7 +8,7 @@ import pytest
 from tvm import s_tir, te
 
 from edge_sdk.compiler.ops.activation import activate, exp_approx
-from test_ops_speed14 import np_act, run_prim_pi3
+from test_float_fusions import np_act, run_prim_pi3
 
 XS = np.concatenate([np.linspace(-100, 100, 4001), [-87.5, -80.5, -3, 3, 0, -1e-3, 1e-3, 88.5],
                      np.random.default_rng(14).standard_normal(1019) * 6]).astype("float32")

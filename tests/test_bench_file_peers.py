@@ -10,7 +10,7 @@ import pytest
 from edge_sdk.bench import peers as P
 from bench_driver import bench_json
 
-DATA = Path(__file__).parent / "data" / "issue14"
+DATA = Path(__file__).parent / "data" / "edge_nets"
 pytestmark = pytest.mark.slow  # compiles a (small) model per case
 
 

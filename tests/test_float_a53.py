@@ -17,7 +17,7 @@ from edge_sdk.compiler.ops.common import Epilogue, simd_of
 from edge_sdk.targets import get_target
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_ops_speed14 import run_prim_pi3  # noqa: E402
+from test_float_fusions import run_prim_pi3  # noqa: E402
 
 RNG = np.random.default_rng(1313)
 # (m, k, n, residual): a row tail (37, 61 rows), panels blocked (nb >= 2), weights bigger than A

@@ -1,6 +1,6 @@
 """The AVX-512 VBMI table lookup (compiler/int8/lut.py) behind HARD_SWISH, LOGISTIC and swish: every int8
 value, vector steps and a scalar tail, equal to the table the numpy reference computes (TFLite's kernels,
-tests/test_int8_ops_issue14.py), and the compiled HARD_SWISH model equal to LiteRT's reference kernels."""
+tests/test_int8_ops_tflite_ref.py), and the compiled HARD_SWISH model equal to LiteRT's reference kernels."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,7 +51,7 @@ def test_compiled_hard_swish_equals_tflite_reference():
     from edge_sdk.targets import get_target
 
     _vbmi_target()
-    path = DATA / "issue14" / "ops" / "hard_swish.tflite"
+    path = DATA / "edge_nets" / "ops" / "hard_swish.tflite"
     x = example_input(read_int8_tflite(path), seed=4)
     ex, params, _ = compile_int8(path, get_target("host"))
     vm = relax.VirtualMachine(ex, tvm.cpu())

@@ -1,5 +1,5 @@
 """ONNX QDQ files through the integer path (issue 14): onnxruntime.quantization's quantize_static (QDQ, per-channel
-int8 weights, int8 activations) of the torch-exported families, tests/data/issue14/onnx/qdq (see the README).
+int8 weights, int8 activations) of the torch-exported families, tests/data/edge_nets/onnx/qdq (see the README).
 
 What is checked, and why these tolerances: models/onnx_qdq.py maps each float op between DequantizeLinear and
 QuantizeLinear onto a TFLite int8 op, whose integer arithmetic (fixed-point requantization) differs from ONNX
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-QDQ = Path(__file__).parent / "data" / "issue14" / "onnx" / "qdq"
+QDQ = Path(__file__).parent / "data" / "edge_nets" / "onnx" / "qdq"
 FILES = sorted(p for p in QDQ.glob("*_qdq.onnx") if not p.stem.startswith("pool_split_ops"))
 UNSUPPORTED = QDQ / "pool_split_ops_opset17_qdq.onnx"
 OUTPUT_LSB = 8

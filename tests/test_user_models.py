@@ -1,10 +1,10 @@
 """Models users bring (issue 14): converter-written float .tflite and torch-exported ONNX (opsets 13 and 17)
 of MobileNetV3-Small/-Large, EfficientNet-B0, DenseNet121, SqueezeNet 1.1, ShuffleNetV2, MnasNet and
-MobileNetV2 (tests/data/issue14, see its README).
+MobileNetV2 (tests/data/edge_nets, see its README).
 
 The numpy reference of the imported graph is checked on every file against ONNX Runtime / LiteRT (fast);
 compiled for the host: every ONNX file (slow); for pi3 under qemu: the files that exercise each new path
-(slow, qemu). Float within 1e-4 of the peer. tools/issue14_matrix.py runs the whole table with timings;
+(slow, qemu). Float within 1e-4 of the peer. tools/edge_nets_matrix.py runs the whole table with timings;
 the QDQ (int8) ONNX files are tests/test_onnx_qdq.py's.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-DATA = Path(__file__).parent / "data" / "issue14"
+DATA = Path(__file__).parent / "data" / "edge_nets"
 ONNX = sorted((DATA / "onnx").glob("*.onnx"))
 TFLITE = sorted(DATA.glob("*_float.tflite"))
 # compiled for the host: every ONNX file (each family at opsets 13 and 17; 19 tests took 31 min cold on the loaded

@@ -1,5 +1,5 @@
 """The numpy reference run of issue 14's int8 ops (models/tflite_int8_ops.MORE), called by
-quant/tflite_int8_ref.eval_op; and the per-op parameters the compiler (compiler/int8/more.py) reads too.
+quant/tflite_int8_ref.eval_op; and the per-op parameters the compiler (compiler/int8/binary_unary_resize_move.py) reads too.
 """
 from __future__ import annotations
 

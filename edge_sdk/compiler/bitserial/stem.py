@@ -83,7 +83,7 @@ def quantize_pad_prim_func(shape, *, scale: float, zero_point: int, pads, name: 
 
 
 def conv_rows_gemm(xp_shape, w_hwio: np.ndarray, bias, rq, *, stride: int, out_hw, name: str):
-    """The int8 backend's NEON GEMM (compiler/int8/gemm.py: 8 pixels x 8 channels, 16 smlal by lane per k
+    """The int8 backend's NEON GEMM (compiler/int8/gemm_int8_widen16.py: 8 pixels x 8 channels, 16 smlal by lane per k
     step, its schedule and epilogue) on an input already quantized, padded and widened to int16: a row
     tile of 8 pixels never crosses an image row (OW % 8 == 0), so the im2col gather has no bounds checks
     and no per-element index division. Returns (func, consts, (M, COpad)). rq: a quant.int8.Requant with
@@ -91,7 +91,7 @@ def conv_rows_gemm(xp_shape, w_hwio: np.ndarray, bias, rq, *, stride: int, out_h
     from tvm import s_tir, te
 
     from edge_sdk.compiler.int8 import fixedpoint as fp
-    from edge_sdk.compiler.int8 import gemm
+    from edge_sdk.compiler.int8 import gemm_int8_widen16 as gemm
     from edge_sdk.compiler.ops.common import finish, round_up
 
     n, _, _, ci = (int(d) for d in xp_shape)

@@ -20,7 +20,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from edge_sdk.compiler.int8 import glue, kernels, more
+from edge_sdk.compiler.int8 import binary_unary_resize_move, glue, kernels
 from edge_sdk.compiler.lower import lift_params
 from edge_sdk.compiler.ops.common import simd_of
 from edge_sdk.errors import CompileError, ModelError, UsageError
@@ -90,7 +90,7 @@ def build_relax(g: Int8Graph, target: tvm.target.Target) -> tuple[tvm.IRModule, 
                 t_out = g.tensors[op.outputs[0]]
                 counts[op.kind] = counts.get(op.kind, 0) + 1
                 name = f"{op.kind.lower()}_{op.index}"
-                vals = more.emit(bb, g, op, env, name=name)  # issue 14's ops (compiler/int8/more.py)
+                vals = binary_unary_resize_move.emit(bb, g, op, env, name=name)
                 if vals is not None:
                     env.update(zip(op.outputs, vals))
                     continue

@@ -14,7 +14,7 @@ import numpy as np
 from tvm import s_tir, te, tirx
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
-from edge_sdk.compiler.int8.gemm import ConvGeom
+from edge_sdk.compiler.int8.gemm_int8_widen16 import ConvGeom
 from edge_sdk.compiler.ops.common import ACC_SCOPE, Simd, finish, pick_tile, round_up, vector_width
 
 

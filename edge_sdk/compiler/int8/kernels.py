@@ -17,8 +17,8 @@ import tvm
 from tvm import s_tir, te, tirx
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
-from edge_sdk.compiler.int8 import dwconv, gemm, gemm8
-from edge_sdk.compiler.int8.gemm import ConvGeom
+from edge_sdk.compiler.int8 import dwconv, gemm_int8_smull_neon, gemm_int8_widen16
+from edge_sdk.compiler.int8.gemm_int8_widen16 import DENSE, ConvGeom
 from edge_sdk.compiler.ops.common import Simd, finish, largest_divisor
 from edge_sdk.quant.int8 import Requant, Window
 
@@ -89,9 +89,9 @@ def _folded_bias(bias, w: np.ndarray, in_zp: int, axes) -> np.ndarray:
     return (0 if bias is None else bias.astype(np.int64)) - in_zp * w.astype(np.int64).sum(axes)
 
 
-def _gemm_kernel(x_shape, w_hwio: np.ndarray, bias, rq: Requant, *, geom: ConvGeom = gemm.DENSE, simd: Simd,
+def _gemm_kernel(x_shape, w_hwio: np.ndarray, bias, rq: Requant, *, geom: ConvGeom = DENSE, simd: Simd,
                  name: str) -> Kernel | None:
-    """The register-tiled int16/int32 GEMM (gemm.py) for a conv or dense layer, or None when a channel's
+    """The register-tiled int16/int32 GEMM (gemm_int8_widen16.py) for a conv or dense layer, or None when a channel's
     multiplier needs a left shift (real multiplier >= 1: the 32-bit epilogue assumes none)."""
     shift = np.asarray(rq.shift, np.int64)
     if np.any(shift > 0) or np.any(np.asarray(rq.multiplier, np.int64) <= 0):
@@ -99,10 +99,10 @@ def _gemm_kernel(x_shape, w_hwio: np.ndarray, bias, rq: Requant, *, geom: ConvGe
     co = w_hwio.shape[-1]
     b = _folded_bias(bias, w_hwio.reshape(-1, co), rq.in_zp, 0)
     m = x_shape[0] if len(x_shape) == 2 else x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
-    if simd.isa == "neon" and geom.out_hw is not None and gemm8.fits(w_hwio, m):
-        func, wp, npad = gemm8.conv_gemm8(x_shape, w_hwio, rq, geom=geom, name=name)
+    if simd.isa == "neon" and geom.out_hw is not None and gemm_int8_smull_neon.fits(w_hwio, m):
+        func, wp, npad = gemm_int8_smull_neon.conv_gemm8(x_shape, w_hwio, rq, geom=geom, name=name)
     else:
-        func, wp, npad = gemm.conv_gemm(x_shape, w_hwio, rq, geom=geom, simd=simd, name=name)
+        func, wp, npad = gemm_int8_widen16.conv_gemm(x_shape, w_hwio, rq, geom=geom, simd=simd, name=name)
 
     def padded(v):
         out = np.zeros(npad, np.int32)

@@ -1,4 +1,4 @@
-"""Issue 14 item 3: the float kernels and fusions MobileNetV3 / EfficientNet need, against numpy.
+"""The float kernels and fusions MobileNetV3 / EfficientNet need (issue 14 item 3), against numpy.
 
 - activations in the epilogue (ops/activation.py): sigmoid, swish, hard-swish with our own exp;
 - depthwise on channel counts that are not a power of two times the vector (24, 72, 120: the step is

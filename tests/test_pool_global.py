@@ -10,7 +10,7 @@ import pytest
 from edge_sdk.compiler.ops.common import simd_of
 from edge_sdk.compiler.ops.pool import pool2d
 from edge_sdk.targets import get_target
-from test_ops_speed14 import run_prim, run_prim_pi3
+from test_float_fusions import run_prim, run_prim_pi3
 
 CASES = [("avg", (1, 7, 5, 144)), ("max", (1, 9, 9, 13)), ("avg", (2, 3, 4, 40)), ("max", (1, 6, 6, 200))]
 

@@ -1,4 +1,4 @@
-"""The aarch64 8-bit int8 GEMM (compiler/int8/gemm8.py: smull/smlal2 into 16 bits, sadalp into 32) against
+"""The aarch64 8-bit int8 GEMM (compiler/int8/gemm_int8_smull_neon.py: smull/smlal2 into 16 bits, sadalp into 32) against
 the numpy int8 reference (quant/int8.py, itself checked against TFLite BUILTIN_REF in test_quant_int8.py),
 under qemu for pi3: odd sizes, tails, padding, stride, dilation, the flattened-K stem layout; and the
 int8 weights it reads: packed 1 byte a weight, with the int16 kernel kept for a -128 weight."""
@@ -88,7 +88,7 @@ def _run_pi3(kerns, xs):
 
 @pytest.mark.slow
 @pytest.mark.qemu
-def test_gemm8_on_pi3_under_qemu_equals_reference():
+def test_gemm_smull_on_pi3_under_qemu_equals_reference():
     pi3_cc = shutil.which("aarch64-linux-gnu-g++")
     if pi3_cc is None or shutil.which("qemu-aarch64") is None:
         pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
@@ -106,8 +106,8 @@ def test_gemm8_on_pi3_under_qemu_equals_reference():
     assert at == out.size
 
 
-def test_gemm8_packs_one_byte_a_weight_and_keeps_int16_for_minus_128():
-    from edge_sdk.compiler.int8 import gemm8
+def test_gemm_smull_packs_one_byte_a_weight_and_keeps_int16_for_minus_128():
+    from edge_sdk.compiler.int8 import gemm_int8_smull_neon
 
     x, w, bias, rq, win, _ = _case(0, CASES[1])
     k = _pi3_kernel(x, w, bias, rq, win)
@@ -116,14 +116,14 @@ def test_gemm8_packs_one_byte_a_weight_and_keeps_int16_for_minus_128():
     assert np.count_nonzero(wp) == np.count_nonzero(w)
     w2 = w.copy()
     w2[3, 1, 1, 2] = -128  # two (-128) x (-128) products overflow an int16 lane: the int16 kernel
-    assert not gemm8.fits(w2.transpose(1, 2, 3, 0), 100)
+    assert not gemm_int8_smull_neon.fits(w2.transpose(1, 2, 3, 0), 100)
     assert _pi3_kernel(x, w2, bias, rq, win).consts[0].dtype == np.int16
-    assert not gemm8.fits(w.transpose(1, 2, 3, 0), 3)  # fewer rows than one tile
+    assert not gemm_int8_smull_neon.fits(w.transpose(1, 2, 3, 0), 3)  # fewer rows than one tile
 
 
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-objdump") is None or shutil.which("aarch64-linux-gnu-g++") is None,
                     reason="needs binutils-aarch64-linux-gnu and g++-aarch64-linux-gnu")
-def test_gemm8_aarch64_asm_is_the_8bit_step(tmp_path):
+def test_gemm_smull_aarch64_asm_is_the_8bit_step(tmp_path):
     import subprocess
 
     import tvm

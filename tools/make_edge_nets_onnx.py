@@ -11,16 +11,16 @@ Weights are seeded random; every BatchNorm gets statistics drawn around its inpu
 
 Runs in the TensorFlow venv (tools/setup_tf_env.sh: torch 2.13.0 CPU, onnx 1.17; plus onnxruntime):
 
-    ~/.cache/edge-sdk/venv-tf/bin/python tools/make_issue14_onnx.py [--only NAME ...]
+    ~/.cache/edge-sdk/venv-tf/bin/python tools/make_edge_nets_onnx.py [--only NAME ...]
 
-Writes tests/data/issue14/onnx/NAME_opsetN.onnx and NAME_opsetN.npz (x: the NCHW float32 input,
+Writes tests/data/edge_nets/onnx/NAME_opsetN.onnx and NAME_opsetN.npz (x: the NCHW float32 input,
 uniform [-1, 1], seed 0; y: ONNX Runtime's output) and merges op lists into manifest.json there.
 
-    ~/.cache/edge-sdk/venv-tf/bin/python tools/make_issue14_onnx.py --qdq [--only FILE_STEM ...]
+    ~/.cache/edge-sdk/venv-tf/bin/python tools/make_edge_nets_onnx.py --qdq [--only FILE_STEM ...]
 
 quantizes some of those files with onnxruntime.quantization as a user would (quant_pre_process, then
 quantize_static, QuantFormat.QDQ, per-channel int8 weights, int8 activations, MinMax calibration over 16
-seeded inputs uniform [-1, 1]) into tests/data/issue14/onnx/qdq/STEM_qdq.onnx with STEM_qdq.npz (the same
+seeded inputs uniform [-1, 1]) into tests/data/edge_nets/onnx/qdq/STEM_qdq.onnx with STEM_qdq.npz (the same
 x; y: ONNX Runtime's output of the QDQ file) and qdq/manifest.json.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 SEED = 1414
-OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "issue14" / "onnx"
+OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "edge_nets" / "onnx"
 SIZE, CLASSES = 64, 10
 OPSETS = (13, 17)
 
@@ -374,7 +374,7 @@ def main_qdq(only: list[str]) -> int:
     for stem in QDQ:
         if not only or stem in only:
             manifest["files"].update(quantize_qdq(stem))
-    manifest["made_with"] = {"command": "tools/make_issue14_onnx.py --qdq", "calibration": "16 x U(-1, 1), seed 1",
+    manifest["made_with"] = {"command": "tools/make_edge_nets_onnx.py --qdq", "calibration": "16 x U(-1, 1), seed 1",
                              "quantize_static": "QDQ, per_channel, QInt8 activations and weights, MinMax"}
     path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return 0
@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {sum(p.numel() for p in net.parameters())} parameters", flush=True)
         for opset in OPSETS:
             manifest["files"].update(export(name, net, opset))
-    manifest["made_with"] = {"torch": torch.__version__, "seed": SEED, "command": "tools/make_issue14_onnx.py"}
+    manifest["made_with"] = {"torch": torch.__version__, "seed": SEED, "command": "tools/make_edge_nets_onnx.py"}
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return 0
 

@@ -1,13 +1,14 @@
-"""Write tiny converter-made full-int8 .tflite files for the int8 ops of issue 14, to tests/data/issue14/ops/.
+"""Write tiny converter-made full-int8 .tflite files for the int8 ops the edge nets added (issue 14), one op each,
+to tests/data/edge_nets/ops/.
 
 One op (after a conv or two that give its inputs their own scales and zero points) per file, on
 shapes that broadcast where the op does: squeeze-excite's (1,H,W,C) x (1,1,1,C), a per-pixel
 (1,H,W,1) gate, per-channel and scalar constants. Checked op by op against LiteRT's reference
-kernels (BUILTIN_REF) by tests/test_int8_ops_issue14.py. Each file is a few KB.
+kernels (BUILTIN_REF) by tests/test_int8_ops_tflite_ref.py. Each file is a few KB.
 
 Runs in the TensorFlow venv made by tools/setup_tf_env.sh, never in CI:
 
-    ~/.cache/edge-sdk/venv-tf/bin/python tools/make_issue14_op_models.py [NAME ...]
+    ~/.cache/edge-sdk/venv-tf/bin/python tools/make_edge_nets_int8_ops.py [NAME ...]
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import make_int8_op_models as base  # noqa: E402  (sets TF_USE_LEGACY_KERAS befo
 keras, tf, np = base.keras, base.tf, base.np
 L = keras.layers
 SEED = 1414
-OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "issue14" / "ops"
+OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "edge_nets" / "ops"
 HW = (6, 5, 8)  # odd width: broadcasting and resizing bugs show on non-square maps
 
 

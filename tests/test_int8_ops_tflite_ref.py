@@ -1,9 +1,9 @@
-"""Issue 14's int8 ops (MUL with broadcasting, HARD_SWISH, SUB, MAXIMUM/MINIMUM, LEAKY_RELU, PRELU, TANH,
+"""The int8 ops beyond MobileNetV1/V2/ResNet (MUL with broadcasting, HARD_SWISH, SUB, MAXIMUM/MINIMUM, LEAKY_RELU, PRELU, TANH,
 SPLIT/SPLIT_V, STRIDED_SLICE, TRANSPOSE, GATHER, PACK, RESIZE_*, LOGISTIC/CONCATENATION/MEAN in the shapes
 the nets use) against TFLite's reference kernels (BUILTIN_REF), exactly.
 
-Files: tests/data/issue14/ops/ (tools/make_issue14_op_models.py, one op each on shapes that broadcast) and
-the full-int8 nets in tests/data/issue14/ (tools/make_issue14_models.py). Both the numpy reference
+Files: tests/data/edge_nets/ops/ (tools/make_edge_nets_int8_ops.py, one op each on shapes that broadcast) and
+the full-int8 nets in tests/data/edge_nets/ (tools/make_edge_nets_tflite.py). Both the numpy reference
 (quant/) and the compiled kernels (compiler/int8/) are compared with LiteRT directly.
 """
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-DATA = Path(__file__).parent / "data" / "issue14"
+DATA = Path(__file__).parent / "data" / "edge_nets"
 OPS = sorted((DATA / "ops").glob("*.tflite"))
 NETS = sorted(DATA.glob("*_int8.tflite"))
 # compiled in CI (a net takes minutes here): squeeze-excite MUL, HARD_SWISH, hard-sigmoid ADD/MUL with
-# constants (MobileNetV3-Small); SPLIT, 5-D TRANSPOSE (ShuffleNetV2). tools/issue14_matrix.py: all of them.
+# constants (MobileNetV3-Small); SPLIT, 5-D TRANSPOSE (ShuffleNetV2). tools/edge_nets_matrix.py: all of them.
 COMPILED_NETS = [DATA / "mobilenet_v3_small_0.15_64_int8.tflite", DATA / "shufflenet_v2_w16_64_int8.tflite"]
 FAST_OPS = ("mul_se", "hard_swish", "swish", "split", "strided_slice_neg", "resize_bilinear_9x7", "gather_channels",
             "mul_const_channel")

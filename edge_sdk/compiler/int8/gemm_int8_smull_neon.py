@@ -1,7 +1,7 @@
 """aarch64 int8 GEMM on 8-bit operands: `smull`/`smlal2` into 16 bits and `sadalp` into 32 (gemmlowp's
 pre-dotprod kernel), int8 weights read directly from the package.
 
-The A53 has no sdot. The int16 kernel (gemm.py) does 4 multiply-adds per NEON instruction (`smlal v.4s,
+The A53 has no sdot. The int16 kernel (gemm_int8_widen16.py) does 4 multiply-adds per NEON instruction (`smlal v.4s,
 w.4h, a.h[i]`); here one 16-deep step of a (row i, channel j) pair is
 
     t = smull(a.8b, w.8b); t = smlal2(t, a.16b, w.16b)   8 int16 lanes, two products each
@@ -29,7 +29,7 @@ from tvm import s_tir, te, tirx
 from tvm.script import tirx as T
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
-from edge_sdk.compiler.int8.gemm import ConvGeom
+from edge_sdk.compiler.int8.gemm_int8_widen16 import ConvGeom
 from edge_sdk.compiler.ops.common import ACC_SCOPE, finish, largest_divisor, round_up
 
 MR = NR = 4

@@ -8,10 +8,10 @@ tools/make_test_models.py does (BN statistics around the real ones, head scaled 
 
 Runs in the TensorFlow venv made by tools/setup_tf_env.sh, never in CI:
 
-    ~/.cache/edge-sdk/venv-tf/bin/python tools/make_issue14_models.py [--only NAME ...]
+    ~/.cache/edge-sdk/venv-tf/bin/python tools/make_edge_nets_tflite.py [--only NAME ...]
 
-Writes tests/data/issue14/NAME_float.tflite and NAME_int8.tflite (int8 input and output) and merges
-their shapes, quantization and op lists into tests/data/issue14/manifest.json.
+Writes tests/data/edge_nets/NAME_float.tflite and NAME_int8.tflite (int8 input and output) and merges
+their shapes, quantization and op lists into tests/data/edge_nets/manifest.json.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import make_test_models as base  # noqa: E402  (sets TF_USE_LEGACY_KERAS before 
 keras, tf, np = base.keras, base.tf, base.np
 L = keras.layers
 SEED = 20241414
-OUT = base.REPO / "tests" / "data" / "issue14"
+OUT = base.REPO / "tests" / "data" / "edge_nets"
 SIZE = 64
 CLASSES = 10
 
@@ -259,7 +259,7 @@ def _merge_manifest(info: dict) -> None:
     manifest = json.loads(path.read_text()) if path.exists() else {}
     manifest.setdefault("files", {}).update(info)
     manifest["made_with"] = {"tensorflow": tf.__version__, "numpy": np.__version__, "seed": SEED,
-                             "command": "tools/make_issue14_models.py"}
+                             "command": "tools/make_edge_nets_tflite.py"}
     base._write(path, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
 
 

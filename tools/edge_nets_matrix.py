@@ -1,8 +1,9 @@
-"""The models x variants table of issue 14: does each file compile, does it match its peer, how fast vs LiteRT/ORT.
+"""The models x variants table of tests/data/edge_nets (issue 14): does each file compile,
+does it match its peer, how fast vs LiteRT/ORT.
 
-    .venv/bin/python tools/issue14_matrix.py [--only SUBSTRING ...] [--json OUT.json]
+    .venv/bin/python tools/edge_nets_matrix.py [--only SUBSTRING ...] [--json OUT.json]
 
-For every file in tests/data/issue14 (float .tflite -> float32, full-int8 .tflite -> int8, ONNX opset 17 ->
+For every file in tests/data/edge_nets (float .tflite -> float32, full-int8 .tflite -> int8, ONNX opset 17 ->
 float32; --opsets 13,17 for both) it runs the library's bench (edge_sdk.bench.run_bench: compile for the
 host, golden check, timing side by side with the peers in one run, 1 thread) and prints one row each:
 compiles / matches (int8: bit-exact with LiteRT BUILTIN_REF; float: within 1e-4 of LiteRT / ONNX Runtime)
@@ -20,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "issue14"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "edge_nets"
 
 
 def _files(opsets: list[str], only: list[str]) -> list[tuple[Path, str]]:

@@ -9,7 +9,7 @@ padded tail tile (clamped reads, guarded stores). This is the same kernel for in
   folded bias cancels exactly as TFLite skips them); for a 1x1 stride-1 conv it is a plain widening copy.
 - Weights are packed in numpy at compile time: int8 (the package holds 1 byte a weight; x86's pair
   step widens them with vpmovsxbw, the vectorized < 8 row tile with sshll), int16 only for the NEON
-  by-lane tile, which gemm8.py's 8-bit kernel replaces wherever it applies (weights in [-127, 127],
+  by-lane tile, which gemm_int8_smull_neon.py's 8-bit kernel replaces wherever it applies (weights in [-127, 127],
   >= 4 rows).
 - x86 (AVX2): channels in pairs, W (CO/nr, KH, KW, CI/2, nr, 2), and the step is `vpmaddwd`: the pair
   (a[c], a[c+1]) broadcast as one int32 times 8 channels' weight pairs gives 8 int32 partial sums, two

@@ -1,4 +1,5 @@
-"""Integer kernels for issue 14's int8 ops, and their emission into the Relax module of compiler/int8/backend.
+"""Integer kernels for the int8 binary (broadcasting), unary (table), resize and data-movement ops,
+and their emission into the Relax module of compiler/int8/backend.
 
     emit(bb, g, op, env, *, name) -> [relax values, one per op output] | None (not one of ours)
 
