@@ -30,11 +30,10 @@ import numpy as np
 
 from edge_sdk.errors import DeviceError, UsageError
 from edge_sdk.fleet.paths import CLASSIFY_APP as REMOTE_APP, DEMO_FRAMES as REMOTE_FRAMES, RESULTS as REMOTE_RESULTS
-from edge_sdk.stand_ins import device_image_module
+from edge_sdk.devices import stand_in_module
 from edge_sdk.variants import BASELINE
 
-_REPO = Path(__file__).resolve().parent.parent
-APP_DIR = _REPO / "apps" / "classify"
+APP_DIR = Path(__file__).resolve().parent / "apps" / "classify"  # package data: the app the demo uploads
 APP_FILES = ("classify.py", "sources.py", "picamera2_standin.py")
 
 
@@ -185,7 +184,7 @@ def start_device(target: str, *, stack: ExitStack, say):
         raise DeviceError("the demo starts an emulated Pi and a loopback sshd, which need root",
                           hint="run it as root (tools/setup.sh sets the machine up)")
     root = tempfile.mkdtemp(prefix=f"edge-sdk-demo-{target}-")
-    mod = device_image_module(tgt.stand_in)
+    mod = stand_in_module(tgt.stand_in)
     if tgt.stand_in == "emulated_pi":
         if not (mod.rootfs_dir() / ".edge-sdk-rootfs").exists():
             say("building the emulated Pi's arm64 root filesystem once (debootstrap, ~4 min)")

@@ -23,8 +23,9 @@ import json
 import time
 from pathlib import Path
 
+from edge_sdk.qemu import TIMING_PLUGIN
+
 _PKG = Path(__file__).resolve().parent
-_PLUGIN = _PKG.parent / "tools" / "qemu_plugins" / "timing.c"
 QEMU_WALL = "QEMU wall time (emulator speed, not a Pi)"  # the label of an emulator's time, wherever it is shown
 _BOARDS = {"pi3": "Pi 3", "pi3plus": "Pi 3B+", "pi-zero2w": "Pi Zero 2 W"}
 KEPT = ("modelled_ms", "modelled_cycles", "clock_ghz", "threads", "target", "instructions", "cycles_split",
@@ -35,7 +36,7 @@ KEPT = ("modelled_ms", "modelled_cycles", "clock_ghz", "threads", "target", "ins
 def model_version() -> str:
     """'a53-' + a digest of the timing model's sources (the package's .py files and the plugin's C)."""
     h = hashlib.sha256()
-    for p in sorted((_PKG / "timing").glob("*.py")) + ([_PLUGIN] if _PLUGIN.is_file() else []):
+    for p in sorted((_PKG / "timing").glob("*.py")) + [TIMING_PLUGIN]:
         h.update(p.name.encode() + b"\0" + p.read_bytes())
     return "a53-" + h.hexdigest()[:12]
 

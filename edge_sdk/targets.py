@@ -64,7 +64,7 @@ class Target:
     emulate_cpu: str | None = None  # qemu -cpu model when not run natively
     cpuinfo: str | None = None  # the /proc/cpuinfo its emulated guest sees (bench --emulate)
     caches: CacheConfig | None = None  # what bench --emulate --memory simulates
-    stand_in: str | None = None  # the local device image that runs its packages (device_images/<stand_in>.py; the demo)
+    stand_in: str | None = None  # the stand-in device that runs its packages (edge_sdk/devices/<stand_in>.py; the demo)
 
     @property
     def is_host(self) -> bool:
@@ -160,7 +160,7 @@ def host_target() -> Target:
         clock_ghz=round(ghz, 2),
         peak_gflops=round(cores * ghz * per_cycle, 1),
         mem_gbps=20.0,  # typical DDR4 server channel; refined by measurement in the bench
-        stand_in="loopback_fleet",
+        stand_in="loopback",
     )
 
 

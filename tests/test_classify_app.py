@@ -1,4 +1,4 @@
-"""apps/classify: frame sources (picamera2 stand-in, folder, synthetic), manifest preprocessing
+"""edge_sdk/apps/classify (the demo's device app): frame sources (picamera2 stand-in, folder, synthetic), manifest preprocessing
 shared per frame, every variant on the same frame, JSON lines, and a short soak on the host.
 
 Packages are small host builds of MobileNetV1 (float32 and bitserial w1a2), installed in the layout
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-APP = Path(__file__).resolve().parents[1] / "apps" / "classify"
+APP = Path(__file__).resolve().parents[1] / "edge_sdk" / "apps" / "classify"
 sys.path.insert(0, str(APP))
 
 import classify  # noqa: E402

@@ -26,10 +26,10 @@ def _netns() -> set[str]:
 def test_reduced_demo_end_to_end(tmp_path, capsys):
     if os.geteuid() != 0:
         pytest.skip("the demo starts an emulated Pi and a loopback sshd (root)")
-    from edge_sdk.stand_ins import device_image_module
+    from edge_sdk.devices import stand_in_module
 
     try:
-        device_image_module("emulated_pi").check_host()
+        stand_in_module("emulated_pi").check_host()
     except RuntimeError as e:
         pytest.skip(str(e))
     db, html = tmp_path / "results.sqlite", tmp_path / "dash.html"

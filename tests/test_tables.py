@@ -62,13 +62,13 @@ def test_emulation_facts_come_from_the_target_rows():
     assert all(t.name in e.value.hint for t in emulated)
 
 
-def test_stand_in_targets_name_device_images_that_exist():
-    from edge_sdk.stand_ins import device_image_module
+def test_stand_in_targets_name_stand_in_devices_that_exist():
+    from edge_sdk.devices import stand_in_module
 
     stand_ins = targets.stand_in_targets()
     assert {t.name for t in stand_ins} >= {"host"} and any(t.emulate_cpu for t in stand_ins)
-    for t in stand_ins:  # the demo starts device_images/<stand_in>.py's fleet class for each
-        mod = device_image_module(t.stand_in)
+    for t in stand_ins:  # the demo starts edge_sdk/devices/<stand_in>.py's fleet class for each
+        mod = stand_in_module(t.stand_in)
         fleets = [c for c in vars(mod).values() if isinstance(c, type) and c.__name__.endswith("Fleet")
                   and c.__module__ == mod.__name__ and callable(getattr(c, "start", None))]
         assert fleets, t.stand_in

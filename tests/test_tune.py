@@ -200,9 +200,9 @@ def test_tune_on_a_device_of_the_fleet(capsys, tmp_path):
     import os
     import tempfile
 
-    from edge_sdk.stand_ins import device_image_module
+    from edge_sdk.devices import stand_in_module
 
-    lb = device_image_module("loopback_fleet")
+    lb = stand_in_module("loopback")
     if os.geteuid() != 0:
         pytest.skip("the loopback fleet creates Unix users and needs root")
     if not os.access(lb.SSHD, os.X_OK) or shutil.which("ssh-keygen") is None:

@@ -23,7 +23,7 @@ tvm = pytest.importorskip("tvm")
 from tvm import te  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
-from edge_sdk.stand_ins import device_image_module  # noqa: E402
+from edge_sdk.devices import stand_in_module  # noqa: E402
 from edge_sdk.targets import get_target  # noqa: E402
 from edge_sdk.tune.device_runner import RunnerOptions, export_for, make_device_runner  # noqa: E402
 
@@ -89,7 +89,7 @@ def _remove_artifacts(built) -> None:
 def loop(tmp_path_factory):
     """Two loopback devices with a known_hosts holding their keys (the fixtures in tests/fleet/
     conftest.py are not visible from here)."""
-    lb = device_image_module("loopback_fleet")
+    lb = stand_in_module("loopback")
     if os.geteuid() != 0:
         pytest.skip("the loopback fleet creates Unix users and needs root")
     if not os.access(lb.SSHD, os.X_OK) or shutil.which("ssh-keygen") is None:
@@ -301,7 +301,7 @@ def test_pi3_candidates_are_timed_on_an_emulated_pi():
     from edge_sdk.fleet.config import load_fleet
     from edge_sdk.fleet.ssh import Connection
 
-    emulated = device_image_module("emulated_pi")
+    emulated = stand_in_module("emulated_pi")
     if os.geteuid() != 0:
         pytest.skip("emulated Pis need root (namespaces, mounts)")
     if shutil.which("aarch64-linux-gnu-g++") is None:

@@ -31,8 +31,8 @@ too. Eviction LRU: the A53 TRM says pseudo-random for its L1 D, but the plugin's
 from /dev/urandom; LRU is deterministic, and the same guest run gives the same misses
 (tests/test_emulate_memory.py). It is slower: the plugin calls back on every instruction and access.
 
-Tools: tools/build_qemu_plugins.sh builds libinsn.so, libcache.so and the shim; `--guest-python` also unpacks
-an aarch64 CPython 3.11 from Debian arm64 packages with the aarch64 numpy + ai-edge-litert wheels
+Tools: edge_sdk/qemu/build_plugins.sh (tools/build_qemu_plugins.sh in a checkout) builds libinsn.so,
+libcache.so, libtiming.so and the shim; `--guest-python` also unpacks an aarch64 CPython 3.11 from Debian arm64 packages with the aarch64 numpy + ai-edge-litert wheels
 ($EDGE_SDK_CACHE/qemu-guest), which LiteRT runs in.
 """
 from __future__ import annotations
@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_sdk.errors import MissingDependency, RuntimeFailure, UsageError
+from edge_sdk.qemu import build_hint
 from edge_sdk.runtime.bundle import cache_root, ensure_bundle
 # The instruction-count proxy of --memory rows, re-exported for its callers (the A53 timing model from
 # the executed blocks is edge_sdk/timing: timing_session below).
@@ -102,11 +103,11 @@ def plugin_dir(*, memory: bool = False, timing: bool = False) -> Path:
         if all((d / n).is_file() for n in need):
             return d
     has_insn = any((d / "libinsn.so").is_file() for d in dirs)
-    what = ("the A53 timing plugin libtiming.so (tools/qemu_plugins/timing.c)" if timing and has_insn else
+    what = ("the A53 timing plugin libtiming.so (edge_sdk/qemu/plugins/timing.c)" if timing and has_insn else
             "QEMU's libcache.so plugin (contrib/plugins/cache.c)" if memory and has_insn else
             "QEMU's libinsn.so plugin")
     raise MissingDependency(f"counting {'cache misses' if memory else 'instructions'} needs {what}, which is not built",
-                            hint="bash tools/build_qemu_plugins.sh")
+                            hint=build_hint())
 
 
 def parse_cache_log(text: str) -> dict[str, int]:
@@ -131,7 +132,7 @@ def guest_python_dir() -> Path:
     g = cache_root() / "qemu-guest"
     if not (g / ".built").is_file() or not (g / "usr/bin/python3.11").is_file():
         raise MissingDependency("running LiteRT under qemu needs the aarch64 guest Python",
-                                hint="bash tools/build_qemu_plugins.sh --guest-python")
+                                hint=build_hint(guest_python=True))
     return g
 
 
@@ -316,7 +317,7 @@ def _count_guest(engine: str, model: Path, name: str, *, cpu: str, ks, caches, t
     guest = guest_python_dir()
     if engine == "ncnn" and not (guest / "site" / "ncnn").is_dir():
         raise MissingDependency("the aarch64 guest Python has no ncnn wheel (built before ncnn was added)",
-                                hint="bash tools/build_qemu_plugins.sh --guest-python")
+                                hint=build_hint(guest_python=True))
     _write_cpuinfo(guest, cpu)
     caches = _session_caches(caches)
     omp = {"OMP_NUM_THREADS": str(threads)} | ({"OMP_WAIT_POLICY": "passive"} if threads > 1 else {})

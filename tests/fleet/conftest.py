@@ -1,5 +1,5 @@
-"""Fixtures that start real OpenSSH servers (device_images/loopback_fleet.py) for the fleet tests,
-and emulated arm64 Pis (device_images/emulated_pi.py) for the one qemu test.
+"""Fixtures that start real OpenSSH servers (edge_sdk/devices/loopback.py) for the fleet tests,
+and emulated arm64 Pis (edge_sdk/devices/emulated_pi.py) for the one qemu test.
 
 `loopback_fleet` (one per session, 3 devices) is for tests that leave the devices as they found
 them; `fresh_fleet` (per test) is for tests that stop a device or change its host key.
@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_sdk.stand_ins import device_image_module
+from edge_sdk.devices import stand_in_module
 
 
 
-loopback = device_image_module("loopback_fleet")
-emulated = device_image_module("emulated_pi")
+loopback = stand_in_module("loopback")
+emulated = stand_in_module("emulated_pi")
 
 
 def _require_sshd():

@@ -1,4 +1,4 @@
-"""Fleet logic over the stand-in connection (edge_sdk/fleet/stand_in.py): each device is a local folder,
+"""Fleet logic over the stand-in connection (edge_sdk/devices/folders.py): each device is a local folder,
 commands run by subprocess there. No sshd, so these are quick; SSH itself is tested against real
 servers in test_ssh.py, test_deploy.py and test_deploy_faults.py.
 
@@ -20,7 +20,7 @@ from edge_sdk.fleet.config import parse_fleet
 from edge_sdk.fleet.deploy import LocalPackage, deploy
 from edge_sdk.fleet.group import GroupError, for_each_device
 from edge_sdk.fleet.remote import RemoteRun, rollback, run_remote
-from edge_sdk.fleet.stand_in import StandInDevices
+from edge_sdk.devices.folders import StandInDevices
 from edge_sdk.fleet.trust import fleet_status
 
 FLEET = """\

@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from edge_sdk.devices import stand_in_module
+
 
 pytestmark = [pytest.mark.qemu, pytest.mark.slow]
-emulated = sys.modules["edge_sdk_emulated_pi"]  # loaded by conftest.py from device_images/
+emulated = stand_in_module("emulated_pi")
 HERE = Path(__file__).resolve().parents[2] / "device_images" / "raspberry_pi"
 
 _CHROOT = r"""set -eu
@@ -35,7 +36,7 @@ def test_firstboot_creates_the_user_key_login_only_offline(tmp_path):
         pytest.skip("needs root and unshare")
     lower = emulated.rootfs_dir()
     if not (lower / ".edge-sdk-rootfs").exists():
-        pytest.skip(f"the emulated Pi rootfs is not built ({lower}): python device_images/emulated_pi.py build")
+        pytest.skip(f"the emulated Pi rootfs is not built ({lower}): python -m edge_sdk.devices.emulated_pi build")
     try:
         emulated.check_host()
     except emulated.EmulatedError as e:

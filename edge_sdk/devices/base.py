@@ -1,4 +1,4 @@
-"""The life cycle the two stand-in fleets share: loopback_fleet.py (real sshd servers on 127.0.0.x)
+"""The life cycle the two sshd stand-in fleets share: loopback.py (real sshd servers on 127.0.0.x)
 and emulated_pi.py (arm64 Debian userlands under qemu, one set of namespaces each).
 
     fleet = LoopbackFleet.start(3, "/tmp/fleet")          # or EmulatedFleet.start(1, "/tmp/pis", trust=True)
@@ -9,8 +9,7 @@ start() makes the folder, a client key every device authorizes, provisions the d
 (_create), spawns and waits for each, then writes the state file (STATE), fleet.yaml and, with
 trust=True, known_hosts; a failure anywhere stops what was started. stop() powers every device
 off, removes what each one set up (_remove_device) and the files start() wrote. A subclass names
-STATE, Error and CLIENT_COMMENT and writes those steps. Not a script: the two scripts import it
-(as a sibling when run directly, through edge_sdk.stand_ins.device_image_module otherwise).
+STATE, Error and CLIENT_COMMENT and writes those steps.
 """
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
-#!/usr/bin/env python3
 """A fleet of real OpenSSH servers on 127.0.0.2, 127.0.0.3, ... for tests and demos.
 
 Each device has its own host key, Unix user, home, authorized_keys and sshd (Debian's
 /usr/sbin/sshd, started without systemd in ~20 ms), so the SDK talks to it exactly as to a Pi
 over the network. Needs root (it creates users) and /usr/sbin/sshd.
 
-    python device_images/loopback_fleet.py start --n 3 --dir /tmp/fleet [--trust]
+    python -m edge_sdk.devices.loopback start --n 3 --dir /tmp/fleet [--trust]
     EDGE_SDK_HOME=/tmp/fleet edge-sdk fleet status --fleet /tmp/fleet/fleet.yaml   # with --trust
-    python device_images/loopback_fleet.py stop --dir /tmp/fleet
+    python -m edge_sdk.devices.loopback stop --dir /tmp/fleet
 
 Layout of DIR: fleet.yaml, client_ed25519 (the key every device authorizes), loopback.json (state),
 known_hosts (only with --trust), and one folder per device with sshd_config, sshd.log, its host key
@@ -29,13 +28,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stand_in_fleet import StandInError, StandInFleet, keygen, kill_quietly, public_host_key, run
+from edge_sdk.devices.base import StandInError, StandInFleet, keygen, kill_quietly, public_host_key, run
 
 SSHD = "/usr/sbin/sshd"
 STATE = "loopback.json"
 
 _CONFIG = """\
-# written by device_images/loopback_fleet.py
+# written by edge_sdk.devices.loopback
 ListenAddress {ip}:{port}
 HostKey {dir}/ssh_host_ed25519_key
 PidFile {dir}/sshd.pid
@@ -170,7 +169,7 @@ class LoopbackFleet(StandInFleet):
         return f"sshd for {dev.name} ({dev.ip}:{dev.port}) exited with {proc.returncode}:\n" + dev.log.read_text()[-2000:]
 
     def _fleet_yaml_lines(self) -> list[str]:
-        lines = ["# written by device_images/loopback_fleet.py: real sshd servers on loopback addresses",
+        lines = ["# written by edge_sdk.devices.loopback: real sshd servers on loopback addresses",
                  f"defaults: {{key: {self.client_key}, target: host}}", "devices:"]
         lines += [f"  {d.name}: {{host: {d.user}@{d.ip}:{d.port}, tags: [loopback]}}" for d in self.devices]
         return lines + ["groups:", "  loopback: {match: {tags: [loopback]}}", ""]

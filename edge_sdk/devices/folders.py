@@ -1,7 +1,7 @@
 """A stand-in for fleet.ssh.Connection: each "device" is a local folder (its home), commands run by
 subprocess in it, files are copied. No SSH, no host keys, no network: the fleet logic (fan-out
 results, deploy order, rollback decisions, error reports) gets quick tests that need no sshd.
-The real-sshd tests (device_images/loopback_fleet.py, emulated_pi.py) stay the truth for SSH itself.
+The real-sshd stand-ins (devices/loopback.py, devices/emulated_pi.py) stay the truth for SSH itself.
 
     devices = StandInDevices(tmp_path)                   # homes under tmp_path/<device name>
     report = deploy(fleet, [pkg], connection_factory=devices.connect)

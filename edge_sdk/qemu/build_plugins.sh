@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build QEMU's TCG plugins (libinsn.so: executed-instruction counter; libcache.so: L1 I/D + L2 cache
-# simulator from contrib/plugins/cache.c; libtiming.so: ours, tools/qemu_plugins/timing.c, per-block
+# simulator from contrib/plugins/cache.c; libtiming.so: ours, plugins/timing.c beside this script, per-block
 # counts for the A53 timing model) for the installed qemu-user, from Debian's own qemu source
 # package, into $EDGE_SDK_CACHE/qemu-plugins/<qemu version>/.
 #
@@ -10,6 +10,9 @@
 # qemu-user without the plugins.
 # The plugin API is versioned, so the header comes from the same source version as the binary.
 # Needs: gcc, pkg-config, libglib2.0-dev, and deb-src lines (added for bookworm if absent; root).
+#
+# Package data of edge_sdk (edge_sdk/qemu/), so an installed wheel carries it; the checkout's
+# tools/build_qemu_plugins.sh calls it, and MissingDependency's hint names its installed path.
 #
 #   bash tools/build_qemu_plugins.sh              # idempotent; prints the plugin directory
 #   bash tools/build_qemu_plugins.sh --guest-python
@@ -58,8 +61,8 @@ OUT="$CACHE/qemu-plugins/${VERSION//[:+~]/_}"
 if [[ "${1:-}" == "--guest-python" ]]; then
   guest_python
 fi
-PLUGINS_SRC="$(cd "$(dirname "$0")" && pwd)/qemu_plugins"
-# Rebuild when our own plugin sources (tools/qemu_plugins/*.c) changed since the last build.
+PLUGINS_SRC="$(cd "$(dirname "$0")" && pwd)/plugins"
+# Rebuild when our own plugin sources (plugins/*.c beside this script) changed since the last build.
 STAMP="$VERSION $(cat "$PLUGINS_SRC"/*.c | sha1sum | cut -c1-12)"
 if [[ -f "$OUT/libinsn.so" && -f "$OUT/libcache.so" && -f "$OUT/libtiming.so" && -f "$OUT/.built" \
       && "$(cat "$OUT/.built")" == "$STAMP" ]]; then
@@ -130,7 +133,7 @@ done
 # LRU/FIFO/random eviction; it prints per-core totals and the top `limit` missing instructions.
 # shellcheck disable=SC2086
 gcc -shared -fPIC -O2 -I"$SRCDIR/include/qemu" "$SRCDIR/contrib/plugins/cache.c" -o "$OUT.tmp/libcache.so" $GLIB
-# Ours (tools/qemu_plugins/): libtiming.so records per-block, per-vCPU counts and A53 cache misses for
+# Ours (plugins/ beside this script): libtiming.so records per-block, per-vCPU counts and A53 cache misses for
 # the Cortex-A53 timing model (edge_sdk/timing/), against the same qemu-plugin.h.
 for src in "$PLUGINS_SRC"/*.c; do
   # shellcheck disable=SC2086

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Emulated Raspberry Pis: real aarch64 Debian bookworm userlands, each with its own arm64 sshd.
 
 Each device is a copy-on-write overlay over one cached arm64 root filesystem, with its own
@@ -8,10 +7,10 @@ qemu-user-static through binfmt_misc with QEMU_CPU=cortex-a53 (a Pi 3's core); e
 the SDK opens runs aarch64 code. Emulated, so slow: ~0.5 s per SSH login, models run ~10-50x
 slower than on a Pi. Needs root, debootstrap, qemu-user-static and binfmt-support.
 
-    python device_images/emulated_pi.py build                       # once, ~4 min, cached
-    python device_images/emulated_pi.py start --n 1 --dir /tmp/pis [--trust]
+    python -m edge_sdk.devices.emulated_pi build                       # once, ~4 min, cached
+    python -m edge_sdk.devices.emulated_pi start --n 1 --dir /tmp/pis [--trust]
     EDGE_SDK_HOME=/tmp/pis edge-sdk fleet status --fleet /tmp/pis/fleet.yaml   # with --trust
-    python device_images/emulated_pi.py stop --dir /tmp/pis
+    python -m edge_sdk.devices.emulated_pi stop --dir /tmp/pis
 
 Cleanliness: each device's mounts (overlay, /proc, /dev, /run) are made inside a private mount
 namespace whose only processes are the device's, and its pid namespace ends when its sshd (pid
@@ -34,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stand_in_fleet import StandInError, StandInFleet, keygen, kill_quietly, public_host_key, run
+from edge_sdk.devices.base import StandInError, StandInFleet, keygen, kill_quietly, public_host_key, run
 
 SUITE = "bookworm"
 PACKAGES = "python3,python3-numpy,openssh-server,coreutils"
@@ -44,7 +43,7 @@ STATE = "emulated.json"
 _BUILD_REV = "1"  # bump when the rootfs recipe changes
 
 _SSHD_CONFIG = """\
-# written by device_images/emulated_pi.py
+# written by edge_sdk.devices.emulated_pi
 ListenAddress {ip}:22
 HostKey /etc/ssh/ssh_host_ed25519_key
 PidFile /run/sshd.pid
@@ -295,7 +294,7 @@ class EmulatedFleet(StandInFleet):
                 + dev.log.read_text(errors="replace")[-2000:])
 
     def _fleet_yaml_lines(self) -> list[str]:
-        lines = ["# written by device_images/emulated_pi.py: arm64 Debian under qemu, one namespace each",
+        lines = ["# written by edge_sdk.devices.emulated_pi: arm64 Debian under qemu, one namespace each",
                  f"defaults: {{user: {USER}, key: {self.client_key}, target: pi3}}", "devices:"]
         lines += [f"  {d.name}: {{host: {d.ip}, tags: [emulated]}}" for d in self.devices]
         return lines + ["groups:", "  emulated: {match: {tags: [emulated]}}", ""]
