@@ -1,0 +1,13 @@
+#!/usr/bin/env python3
+"""`python device_images/emulated_pi.py ...`: the checkout's entry point to edge_sdk.devices.emulated_pi
+(an installed package runs the same as `python -m edge_sdk.devices.emulated_pi ...`). Standard library only,
+so the system python3 runs it too."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's edge_sdk
+
+from edge_sdk.devices.emulated_pi import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())
