@@ -17,6 +17,7 @@ import numpy as np
 from edge_sdk.bench.rows import latency_stats
 from edge_sdk.errors import RuntimeFailure, UsageError
 from edge_sdk.package import Package, open_package
+from edge_sdk.runtime.preprocess import MAX_IMAGE_PIXELS
 from edge_sdk.runtime.profile import format_table, layer_times
 
 
@@ -80,7 +81,7 @@ class RunResult:
                     self.layer_profile, peak_gflops=self.peak_gflops, emulated=self.emulated)))
 
 
-MAX_INPUT_PIXELS = 40_000_000  # a camera frame is a few MP; a bomb decodes to gigabytes
+MAX_INPUT_PIXELS = MAX_IMAGE_PIXELS  # 40 MP, as eval and the classify app read images
 
 
 def load_input(path: Path, pkg: Package) -> np.ndarray:
@@ -99,20 +100,12 @@ def load_input(path: Path, pkg: Package) -> np.ndarray:
             raise UsageError(f"{path}: input has shape {list(x.shape)} {x.dtype}; the package wants "
                              f"{spec['shape']} {spec['dtype']}")
         return x
-    try:
-        from PIL import Image, UnidentifiedImageError
-    except ImportError as e:  # pragma: no cover - pillow is a dependency
-        raise UsageError("reading images needs Pillow: pip install pillow") from e
-    try:
-        with Image.open(path) as im:  # lazy: the header's size is checked before any pixel is decoded
-            if im.width * im.height > MAX_INPUT_PIXELS:
-                raise UsageError(f"{path}: {im.width}x{im.height} pixels is more than an input image may have "
-                                 f"({MAX_INPUT_PIXELS // 1_000_000} MP); a decompression bomb?")
-            img = np.asarray(im.convert("RGB"))
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError, ValueError) as e:
-        raise UsageError(f"{path}: not a readable image or .npy file ({e})") from e
-    from edge_sdk.runtime.preprocess import PreprocessError, model_input
+    from edge_sdk.runtime.preprocess import ImageFileError, PreprocessError, model_input, read_image_file
 
+    try:  # the header's size is checked against MAX_INPUT_PIXELS before any pixel is decoded
+        img = read_image_file(path, max_pixels=MAX_INPUT_PIXELS)
+    except ImageFileError as e:
+        raise UsageError(str(e)) from e
     try:  # crop, resize, normalise, layout and, for integer inputs, quantize: as the device does
         return model_input(img, spec)
     except PreprocessError as e:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_sdk.errors import UsageError
+from edge_sdk.runtime.preprocess import ImageFileError, check_pixels, read_image_file
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pnm", ".npy")
 
@@ -110,33 +111,27 @@ def _round_robin(groups: list[list[Sample]]) -> list[Sample]:
 
 
 def read_image(path: Path) -> np.ndarray:
-    """(h, w, 3) uint8 RGB. Pillow for compressed formats; .ppm and .npy with numpy alone."""
+    """(h, w, 3) uint8 RGB, at most MAX_IMAGE_PIXELS (as `run` reads its input). Pillow for compressed
+    formats (runtime/preprocess.py's read_image_file: bombs refused, 16-bit scaled); .ppm and .npy with
+    numpy alone."""
     path = Path(path)
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":
-            img = np.load(path, allow_pickle=False)
+            img = np.load(path, mmap_mode="r", allow_pickle=False)  # the header first: nothing read yet
+            check_pixels(path, img.shape[1] if img.ndim > 1 else 1, img.shape[0] if img.ndim else 1)
+            img = np.array(img)
         elif suffix in (".ppm", ".pnm"):
             img = _read_ppm(path)
         else:
-            img = _read_pillow(path)
-    except (OSError, ValueError) as e:
+            img = read_image_file(path)
+    except ImageFileError as e:
+        raise ImageError(str(e)) from e
+    except (OSError, ValueError, EOFError) as e:
         raise ImageError(f"{path}: not a readable image ({type(e).__name__}: {e})") from e
     if img.dtype != np.uint8 or img.ndim not in (2, 3) or (img.ndim == 3 and img.shape[2] < 3) or img.size == 0:
         raise ImageError(f"{path}: expected an (h, w, 3) uint8 image, got {list(img.shape)} {img.dtype}")
     return np.repeat(img[..., None], 3, axis=2) if img.ndim == 2 else img[..., :3]
-
-
-def _read_pillow(path: Path) -> np.ndarray:
-    try:
-        from PIL import Image, UnidentifiedImageError
-    except ImportError as e:  # pragma: no cover - pillow is a dependency
-        raise ImageError(f"{path}: reading {path.suffix} needs Pillow (pip install pillow), or use .ppm/.npy") from e
-    try:
-        with Image.open(path) as im:
-            return np.asarray(im.convert("RGB"))
-    except UnidentifiedImageError as e:
-        raise ValueError(str(e)) from e
 
 
 def _read_ppm(path: Path) -> np.ndarray:
@@ -145,6 +140,7 @@ def _read_ppm(path: Path) -> np.ndarray:
     if not m or int(m.group(3)) != 255:
         raise ValueError("not a binary PPM (P6) with maxval 255")
     w, h = int(m.group(1)), int(m.group(2))
+    check_pixels(path, w, h)
     if len(data) < m.end() + w * h * 3:
         raise ValueError(f"PPM data is shorter than {w}x{h}x3 bytes")
     return np.frombuffer(data, np.uint8, count=w * h * 3, offset=m.end()).reshape(h, w, 3)

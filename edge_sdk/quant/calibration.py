@@ -43,7 +43,7 @@ class PTQResult:
 
 def load_images(folder: Path, model, *, limit: int = 256) -> list[np.ndarray]:
     """Every image in the folder (sorted by name, at most `limit`), preprocessed to the model input."""
-    from PIL import Image, UnidentifiedImageError
+    from edge_sdk.runtime.preprocess import ImageFileError, read_image_file
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -53,11 +53,10 @@ def load_images(folder: Path, model, *, limit: int = 256) -> list[np.ndarray]:
         raise UsageError(f"{folder}: no images ({', '.join(IMAGE_SUFFIXES)}) to calibrate with")
     out = []
     for p in files:
-        try:
-            with Image.open(p) as im:
-                arr = np.asarray(im.convert("RGB"))
-        except (OSError, UnidentifiedImageError) as e:
-            raise UsageError(f"{p}: not a readable image ({e})") from e
+        try:  # as eval and run read images: the pixel cap, bombs refused, 16-bit scaled
+            arr = read_image_file(p)
+        except ImageFileError as e:
+            raise UsageError(str(e)) from e
         out.append(model.preprocess.apply(arr, layout=model.layout))  # runtime/preprocess.py, as eval and the device
     return out
 

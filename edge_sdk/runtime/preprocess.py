@@ -17,7 +17,8 @@ Steps, in order (every one recorded in the package manifest, so a device reprodu
 6. integer inputs (int8/uint8 models): q = clip(round(x / scale) + zero_point), dividing in float32
    and rounding half away from zero, as TFLite's QUANTIZE does.
 
-The runtime bundle ships this file as edge_sdk_runtime/preprocess.py; it must import nothing but numpy.
+The runtime bundle ships this file as edge_sdk_runtime/preprocess.py; it must import nothing but numpy
+(and Pillow, imported only by read_image_file, which turns an image file into RGB uint8 pixels).
 """
 from __future__ import annotations
 
@@ -219,3 +220,76 @@ def model_input(image: np.ndarray, spec: dict) -> np.ndarray:
     except (KeyError, TypeError) as e:
         raise PreprocessError(f"manifest input {spec!r}: missing {e}") from e
     return quantize(pre.apply(image, layout=layout), spec.get("quantization"), dtype)
+
+
+# ---- image files -> (h, w, 3) uint8 RGB (Pillow, imported only here; the host and the device read alike) ----
+
+MAX_IMAGE_PIXELS = 40_000_000  # a camera frame is a few MP; a decompression bomb decodes to gigabytes
+_16BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
+_ALPHA_MODES = ("RGBA", "RGBa", "LA", "La", "PA")
+
+
+class ImageFileError(PreprocessError):
+    """An image file cannot be read, is too large, or has pixels with no 8-bit meaning; names the file."""
+
+
+def read_image_file(path, *, max_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
+    """(h, w, 3) uint8 RGB of an image file Pillow reads. The header's size is checked against `max_pixels`
+    before any pixel is decoded; whatever Pillow raises (a decompression bomb included) becomes an
+    ImageFileError naming the file. Modes: 16-bit grey (I;16*, and I with values 0..65535) is scaled
+    to 8 bits with rounding (v * 255 / 65535), never clipped; alpha (RGBA, LA, PA, P or L with a
+    transparent colour) is composited onto white; F (float pixels, no fixed range) is refused; other
+    modes (1, L, P, CMYK, YCbCr, RGBX) go through Pillow's RGB conversion."""
+    import struct
+    import warnings
+    import zlib
+
+    try:
+        from PIL import Image
+    except ImportError as e:
+        raise ImageFileError(f"{path}: reading this image needs Pillow (pip install pillow, or apt install "
+                             f"python3-pil), or give a .ppm/.npy file") from e
+    pillow_errors = (OSError, ValueError, SyntaxError, EOFError, IndexError, KeyError, MemoryError, struct.error,
+                     zlib.error, Image.DecompressionBombError, Image.DecompressionBombWarning)
+    try:
+        with warnings.catch_warnings():  # Pillow only warns up to twice its own cap: a warning is refused too
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as im:  # lazy: only the header is read here
+                check_pixels(path, im.width, im.height, max_pixels)
+                mode, raw = im.mode, _pixels(im)
+    except pillow_errors as e:
+        what = "too large (a decompression bomb?)" if "DecompressionBomb" in type(e).__name__ else \
+            "not a readable image"
+        raise ImageFileError(f"{path}: {what} ({type(e).__name__}: {e})") from e
+    return _to_rgb8(path, mode, raw)
+
+
+def check_pixels(path, width: int, height: int, max_pixels: int = MAX_IMAGE_PIXELS) -> None:
+    if width * height > max_pixels:
+        raise ImageFileError(f"{path}: {width}x{height} pixels is more than an input image may have "
+                             f"({max_pixels / 1e6:g} MP); a decompression bomb?")
+
+
+def _pixels(im) -> np.ndarray:
+    """The decoded pixels as Pillow holds them (16-bit and float modes untouched), or RGBA/RGB."""
+    if im.mode in _16BIT_MODES or im.mode in ("I", "F"):
+        return np.asarray(im)
+    if im.mode in _ALPHA_MODES or "transparency" in im.info:
+        return np.asarray(im.convert("RGBA"))
+    return np.asarray(im.convert("RGB"))
+
+
+def _to_rgb8(path, mode: str, a: np.ndarray) -> np.ndarray:
+    if mode == "F":
+        raise ImageFileError(f"{path}: mode F (32-bit float pixels) has no fixed range to map to 8 bits; "
+                             "save it as an 8- or 16-bit image")
+    if mode in _16BIT_MODES or mode == "I":
+        if a.size and (int(a.min()) < 0 or int(a.max()) > 65535):
+            raise ImageFileError(f"{path}: mode {mode} pixels span {int(a.min())}..{int(a.max())}, outside "
+                                 "16 bits (0..65535); save it as an 8- or 16-bit image")
+        grey = ((a.astype(np.uint32) * 255 + 32767) // 65535).astype(np.uint8)
+        return np.repeat(grey[..., None], 3, axis=2)
+    if a.ndim == 3 and a.shape[2] == 4:  # onto white: a transparent pixel's colour is not part of the picture
+        rgb, alpha = a[..., :3].astype(np.uint32), a[..., 3:].astype(np.uint32)
+        return ((rgb * alpha + 255 * (255 - alpha) + 127) // 255).astype(np.uint8)
+    return np.ascontiguousarray(a)

@@ -182,13 +182,18 @@ def write_ppm(path: Path, rgb: np.ndarray) -> None:
 
 
 def _read_other(path: Path) -> np.ndarray:
+    """Pillow through the runtime's reader (edge_sdk_runtime/preprocess.py: the pixel cap, bombs and 16-bit
+    images handled as `edge-sdk run` and `eval` handle them); OpenCV when Pillow is not installed."""
     try:
-        from PIL import Image
+        import PIL  # noqa: F401
     except ImportError:
-        Image = None
-    if Image is not None:
-        with Image.open(path) as im:
-            return np.asarray(im.convert("RGB"))
+        pass
+    else:
+        pp = _preprocess_module()
+        try:
+            return pp.read_image_file(path)
+        except pp.ImageFileError as e:
+            raise SourceError(str(e)) from e
     try:
         import cv2
     except ImportError:
@@ -196,4 +201,23 @@ def _read_other(path: Path) -> np.ndarray:
     bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if bgr is None:
         raise SourceError(f"{path}: OpenCV cannot read it")
+    if bgr.shape[0] * bgr.shape[1] > MAX_IMAGE_PIXELS:
+        raise SourceError(f"{path}: {bgr.shape[1]}x{bgr.shape[0]} pixels is more than an input image may have")
     return np.ascontiguousarray(bgr[..., ::-1])
+
+
+MAX_IMAGE_PIXELS = 40_000_000  # as edge_sdk_runtime/preprocess.py
+
+
+def _preprocess_module():
+    """edge_sdk_runtime.preprocess (the runtime bundle, on sys.path as classify.run puts it), or the SDK's own
+    copy of the same file when the app runs from a checkout."""
+    try:
+        from edge_sdk_runtime import preprocess
+    except ImportError:
+        try:
+            from edge_sdk.runtime import preprocess
+        except ImportError:
+            raise SourceError("reading .png/.jpg needs the runtime bundle (edge_sdk_runtime) on the path: "
+                              "give --runtime, or use .ppm/.npy frames") from None
+    return preprocess
