@@ -120,7 +120,7 @@ def test_truncated_pixel_data_is_a_named_error(tmp_path):
 
 
 def test_the_classify_apps_folder_source_reads_alike(images):
-    sys.path.insert(0, str(Path(__file__).parents[1] / "apps" / "classify"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "edge_sdk" / "apps" / "classify"))
     try:
         import sources
     finally:
