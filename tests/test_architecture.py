@@ -125,6 +125,34 @@ def test_library_modules_never_import_the_cli():
     assert bad == []
 
 
+# -- folders that depend one way (docs/ARCHITECTURE.md): folder -> the folders it must never import ----------
+# graph/ holds the types the readers (models/) and the references (quant/) share, so it sits below both.
+NEVER_IMPORTS: dict[str, tuple[str, ...]] = {
+    "edge_sdk.quant": ("edge_sdk.models",),
+    "edge_sdk.graph": ("edge_sdk.models", "edge_sdk.quant"),
+}
+
+
+def _within(module: str, folder: str) -> bool:
+    return module == folder or module.startswith(folder + ".")
+
+
+def _forbidden_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} imports {d}" for m, deps in graph.items() for folder, banned in NEVER_IMPORTS.items()
+                  if _within(m, folder) for d in deps if any(_within(d, b) for b in banned))
+
+
+def test_folders_depend_one_way():
+    assert _forbidden_imports(_graph()) == []
+
+
+def test_the_one_way_rule_sees_a_wrong_way_import():
+    graph = {"edge_sdk.quant.x": {"edge_sdk.models.y"}, "edge_sdk.graph.z": {"edge_sdk.quant.x"},
+             "edge_sdk.models.y": {"edge_sdk.quant.x", "edge_sdk.graph.z"}}
+    assert _forbidden_imports(graph) == ["edge_sdk.graph.z imports edge_sdk.quant.x",
+                                         "edge_sdk.quant.x imports edge_sdk.models.y"]
+
+
 def _functions():
     for p in _py_files(*CHECKED):
         for node in ast.walk(ast.parse(p.read_text())):

@@ -21,45 +21,19 @@ both sides flip, so only weights (repacked here) and the quantize/dequantize end
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from edge_sdk.errors import ModelError
+from edge_sdk.graph.lce import ACTIVATIONS, LceGraph, LceOp
+from edge_sdk.graph.lce import bconv_geometry as bconv_geometry, pads as pads  # compiler/bitserial/lce.py
 from edge_sdk.models.base import Model, Preprocess, model_name
 
 LCE_OPS = ("LceQuantize", "LceDequantize", "LceBconv2d", "LceBMaxPool2d")
 BUILTINS = ("CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "MAX_POOL_2D", "AVERAGE_POOL_2D", "MEAN", "FULLY_CONNECTED",
             "SOFTMAX", "RESHAPE", "RELU", "RELU6", "PAD")
-ACTIVATIONS = {0: None, 1: (0.0, None), 2: (-1.0, 1.0), 3: (0.0, 6.0)}  # TFLite ActivationFunctionType
 _TYPES = {0: np.float32, 2: np.int32, 3: np.uint8, 4: np.int64, 9: np.int8}
-
-
-@dataclass
-class LceOp:
-    kind: str  # "LceBconv2d", "CONV_2D", ...
-    inputs: list[int]  # tensor indices, -1 for an absent optional input
-    outputs: list[int]
-    options: dict = field(default_factory=dict)
-
-
-@dataclass
-class LceGraph:
-    path: Path
-    shapes: dict[int, tuple[int, ...]]
-    dtypes: dict[int, str]
-    consts: dict[int, np.ndarray]
-    channels: dict[int, int]  # true channel count of every bitpacked tensor
-    ops: list[LceOp]
-    input: int
-    output: int
-    input_name: str
-
-    def const(self, i: int, op: LceOp, what: str) -> np.ndarray:
-        if i not in self.consts:
-            raise ModelError(f"{self.path}: {op.kind}: {what} must be a constant tensor")
-        return self.consts[i]
 
 
 def is_lce_file(path: Path) -> bool:
@@ -197,42 +171,6 @@ def _check_op(o: LceOp, where: str, shapes: dict, channels: dict) -> None:
         channels[o.outputs[0]] = fo
     elif o.kind in ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "ADD", "FULLY_CONNECTED"):
         _activation(o.options.get("act", 0), where)
-
-
-# ---- geometry (the reference, quant/lce_ref.py, and the compiler read it) --------------------
-
-def unpack_lce(words: np.ndarray, channels: int) -> np.ndarray:
-    """LCE int32 words (..., ceil(C/32)) -> +-1 int64 values (..., C): bit 1 is -1."""
-    w = words.astype(np.int64) & 0xFFFFFFFF
-    bits = (w[..., :, None] >> np.arange(32)) & 1
-    bits = bits.reshape(*w.shape[:-1], -1)[..., :channels]
-    return 1 - 2 * bits
-
-
-def tf_padding(size: int, k: int, stride: int, same: bool) -> tuple[int, int, int]:
-    """(out, before, after) of TFLite SAME (padding 0) / VALID (1) along one axis."""
-    if not same:
-        return (size - k) // stride + 1, 0, 0
-    out = -(-size // stride)
-    total = max((out - 1) * stride + k - size, 0)
-    return out, total // 2, total - total // 2
-
-
-def pads(op: LceOp, in_shape, k: tuple[int, int], stride: tuple[int, int], padding: int):
-    """(top, left, bottom, right) for an NHWC op."""
-    _, t, b = tf_padding(in_shape[1], k[0], stride[0], padding == 0)
-    _, l, r = tf_padding(in_shape[2], k[1], stride[1], padding == 0)
-    return (t, l, b, r)
-
-
-def bconv_geometry(g: LceGraph, op: LceOp):
-    """(HWIO +-1 weights, stride, (t, l, b, r), K) of an LceBconv2d."""
-    o = op.options
-    c = o["channels_in"]
-    w = unpack_lce(g.const(op.inputs[1], op, "the filter"), c).transpose(1, 2, 3, 0)  # OHWI -> HWIO
-    stride = (o["stride_height"], o["stride_width"])
-    pad = pads(op, g.shapes[op.inputs[0]], w.shape[:2], stride, o["padding"])
-    return w, stride, pad, w.shape[0] * w.shape[1] * c
 
 
 # ---- the Model --------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """ONNX QDQ files (QuantizeLinear / DequantizeLinear around float ops, as onnxruntime.quantization's
 quantize_static writes with QuantFormat.QDQ) -> the Int8Graph the int8 backend compiles.
 
-    g = read_qdq_onnx(path)        # models/int8_graph.Int8Graph: TFLite-shaped int8 ops, NHWC inside
+    g = read_qdq_onnx(path)        # graph/int8.Int8Graph: TFLite-shaped int8 ops, NHWC inside
     is_qdq_onnx(path)              # does the file hold DequantizeLinear nodes on its activations?
 
 QDQ semantics: each float op between DequantizeLinear (its inputs' int8 values and scale/zero point) and
@@ -23,7 +23,7 @@ import numpy as np
 
 from edge_sdk.errors import ModelError
 from edge_sdk.models import tflite_int8_ops as more
-from edge_sdk.models.int8_graph import Int8Graph
+from edge_sdk.graph.int8 import Int8Graph
 from edge_sdk.models.onnx_qdq_build import Builder, qparams
 from edge_sdk.models.onnx_qdq_ops import MAP, finish_output, quantize_input
 from edge_sdk.quant import int8 as q8

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_sdk.errors import ModelError
-from edge_sdk.models.int8_graph import Int8Graph, Op, Tensor
+from edge_sdk.graph.int8 import Int8Graph, Op, Tensor
 from edge_sdk.quant import int8 as q8
 
 TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)

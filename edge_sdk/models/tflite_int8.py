@@ -17,14 +17,13 @@ import numpy as np
 
 from edge_sdk.errors import MissingDependency, ModelError
 from edge_sdk.models import tflite_int8_ops as more
-from edge_sdk.models.int8_graph import Int8Graph, Op, Tensor  # the graph (shared with models/onnx_qdq.py)
+from edge_sdk.graph.int8 import ACT_NAMES as ACT_NAMES, Int8Graph, Op, Tensor  # shared with onnx_qdq, quant/
 from edge_sdk.quant import int8 as q8
 
 SUPPORTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "AVERAGE_POOL_2D", "MAX_POOL_2D",
              "MEAN", "RESHAPE", "SQUEEZE", "PAD", "PADV2", "CONCATENATION", "SOFTMAX", "LOGISTIC",
              "QUANTIZE", "DEQUANTIZE") + more.MORE
 _DTYPES = {0: "float32", 2: "int32", 3: "uint8", 4: "int64", 7: "int16", 9: "int8"}
-ACT_NAMES = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6"}  # fused_activation_function
 _PAD = {0: "SAME", 1: "VALID"}
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edge_sdk.graph.int8 import QParams as QParams  # the graph's type; q8.QParams stays a name here
+
 INT8_MIN, INT8_MAX = -128, 127
 INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 
@@ -85,27 +87,6 @@ def multiply_by_quantized_multiplier(x, multiplier, shift):
 
 
 # ---------------------------------------------------------------- quantization parameters
-
-
-@dataclass(frozen=True)
-class QParams:
-    """Quantization of one tensor: scale per tensor (shape ()) or per channel (shape (C,)), zero point."""
-
-    scale: np.ndarray
-    zero_point: np.ndarray
-    axis: int = 0
-
-    @property
-    def per_channel(self) -> bool:
-        return np.asarray(self.scale).size > 1
-
-    @property
-    def s(self) -> float:
-        return float(np.asarray(self.scale, dtype=np.float32).reshape(-1)[0])
-
-    @property
-    def z(self) -> int:
-        return int(np.asarray(self.zero_point).reshape(-1)[0])
 
 
 def quantize(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:

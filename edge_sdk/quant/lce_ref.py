@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_sdk.models.lce import ACTIVATIONS, LceGraph, bconv_geometry, pads
+from edge_sdk.graph.lce import ACTIVATIONS, LceGraph, bconv_geometry, pads
 
 
 def _conv(x, w, stride, pad, *, fill=0.0, depthwise=False):

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_sdk.errors import ModelError
-from edge_sdk.models.tflite_int8 import Int8Graph, Op, Tensor
+from edge_sdk.graph.int8 import Int8Graph, Op, Tensor
 from edge_sdk.quant import int8 as q8
 
 ACT_CODE = {"NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3}

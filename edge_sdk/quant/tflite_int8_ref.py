@@ -8,10 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from edge_sdk.errors import ModelError
-from edge_sdk.models import tflite_int8_ops as more
-from edge_sdk.models.tflite_int8 import Int8Graph, Op
+from edge_sdk.graph.int8 import Int8Graph, Op
 from edge_sdk.quant import int8 as q8, int8_nonlinear as qn
-from edge_sdk.quant.tflite_int8_ref_ops import add_params, eval_more, op_act
+from edge_sdk.quant.tflite_int8_ref_ops import MORE_KINDS, add_params, eval_more, op_act
 
 __all__ = ["add_params", "conv_params", "eval_op", "op_act", "run_reference"]
 
@@ -41,7 +40,7 @@ def eval_op(g: Int8Graph, op: Op, env: dict[int, np.ndarray]) -> np.ndarray:
                                    depth_multiplier=t_out.shape[-1] // t_in.shape[-1])
     if k == "FULLY_CONNECTED":
         return q8.fully_connected(x, *conv_params(g, op)).reshape(t_out.shape)
-    if k in more.MORE or k in ("ADD", "LOGISTIC"):  # ADD: a constant or broadcast operand too
+    if k in MORE_KINDS:  # ADD: a constant or broadcast operand too
         return eval_more(g, op, env)
     if k in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
         fn = q8.avg_pool if k == "AVERAGE_POOL_2D" else q8.max_pool

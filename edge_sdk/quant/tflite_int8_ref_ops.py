@@ -1,12 +1,17 @@
-"""The numpy reference run of issue 14's int8 ops (models/tflite_int8_ops.MORE), called by
+"""The numpy reference run of the int8 ops beyond conv/pool (MORE_KINDS), called by
 quant/tflite_int8_ref.eval_op; and the per-op parameters the compiler (compiler/int8/binary_unary_resize_move.py) reads too.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from edge_sdk.models.tflite_int8 import ACT_NAMES, Int8Graph, Op
+from edge_sdk.graph.int8 import ACT_NAMES, Int8Graph, Op
 from edge_sdk.quant import int8 as q8, int8_layout as ql, int8_pointwise as qp
+
+# the kinds eval_more computes (models/tflite_int8_ops.MORE, and ADD / LOGISTIC)
+MORE_KINDS = ("ADD", "SUB", "MUL", "PRELU", "MAXIMUM", "MINIMUM", "HARD_SWISH", "LEAKY_RELU", "TANH", "LOGISTIC",
+              "SPLIT", "SPLIT_V", "STRIDED_SLICE", "TRANSPOSE", "GATHER", "PACK", "RESIZE_NEAREST_NEIGHBOR",
+              "RESIZE_BILINEAR")
 
 
 def operand(g: Int8Graph, env: dict, i: int) -> np.ndarray:

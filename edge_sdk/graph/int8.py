@@ -1,6 +1,8 @@
 """The int8 graph the int8 backend compiles and quant.tflite_int8_ref runs: tensors (with QParams and constant
 data) and TFLite-shaped ops in order. models/tflite_int8.py reads it from a full-integer .tflite,
 models/onnx_qdq.py from an ONNX QDQ file, quant/ptq.py builds it from a float model.
+
+Below both models/ (the readers) and quant/ (the references, PTQ): it imports neither.
 """
 from __future__ import annotations
 
@@ -9,7 +11,28 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_sdk.quant import int8 as q8
+ACT_NAMES = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6"}  # TFLite fused_activation_function
+
+
+@dataclass(frozen=True)
+class QParams:
+    """Quantization of one tensor: scale per tensor (shape ()) or per channel (shape (C,)), zero point."""
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: int = 0
+
+    @property
+    def per_channel(self) -> bool:
+        return np.asarray(self.scale).size > 1
+
+    @property
+    def s(self) -> float:
+        return float(np.asarray(self.scale, dtype=np.float32).reshape(-1)[0])
+
+    @property
+    def z(self) -> int:
+        return int(np.asarray(self.zero_point).reshape(-1)[0])
 
 
 @dataclass
@@ -18,7 +41,7 @@ class Tensor:
     name: str
     shape: tuple[int, ...]
     dtype: str
-    q: q8.QParams | None = None
+    q: QParams | None = None
     data: np.ndarray | None = None  # constants (weights, bias, shapes, paddings)
 
 
