@@ -17,7 +17,7 @@ SMALL = dict(alpha=0.25, resolution=32, classes=10, seed=5)
 
 
 def _net(ab, wb, **kw):
-    """The integer stem unless a test asks otherwise (the CLI default, float32, is covered by its own tests)."""
+    """The integer stem unless a test asks otherwise (the w1a2 variant's; w1a2-float-stem's float32 has its own tests)."""
     return binarized_resnet18(a_bits=ab, w_bits=wb, **(SMALL | {"stem": "int8"} | kw))
 
 
@@ -167,26 +167,32 @@ def test_pi3_package_golden_under_qemu(tmp_path):
 
 # ---- through the CLI: compile_model, the package, the runner --------------------------------
 
-def test_cli_compile_and_run_w1a2(tmp_path, capsys):
+@pytest.mark.parametrize("variant", ["w1a2", "w1a2-float-stem"])
+def test_cli_compile_and_run_w1a2(variant, tmp_path, capsys):
     from edge_sdk.cli import main
     from edge_sdk.package import read_manifest
 
     pkg = tmp_path / "r18_w1a2.edgepkg"
     assert main(["compile", "resnet18", "--alpha", "0.25", "--resolution", "32", "--classes", "10",
-                 "--variant", "w1a2", "-o", str(pkg)]) == 0
+                 "--variant", variant, "-o", str(pkg)]) == 0
     capsys.readouterr()
     assert main(["run", str(pkg), "--json", "--repeat", "2"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["golden"]["ok"] and out["variant"] == "w1a2"
+    assert out["golden"]["ok"] and out["variant"] == variant
     m = read_manifest(pkg)
     assert m["golden"]["reference"] == "numpy-bitserial" and m["golden"]["atol"] == GOLDEN_TOL
     assert m["variant_info"]["glue"] == "fused" and m["variant_info"]["activation_bits"] == 2
     rows = [r for r in m["layers"] if r["op"] == "bitserial_conv2d"]
     assert len(rows) == 19  # 8 blocks x 2 convs + 3 downsample shortcuts
     assert all(r["flops"] > 0 and r["bytes_read"] > 0 and 0 < r["glue"]["share_est"] < 1 for r in rows)
-    # the default stem is float32 (models/binarized.py DEFAULT_STEM): conv, then max pool + quantize + pack
-    # as one kernel (bitserial/io.pool_quantize_pack_prim_func)
-    assert [r["op"] for r in m["layers"]][:2] == ["conv2d", "max_pool2d"] and m["layers"][-2]["op"] == "dense"
+    assert m["layers"][-2]["op"] == "dense"
+    if variant == "w1a2":  # the variant's stem (variants.py): integer, its three kernels
+        assert m["variant_info"]["stem"] == "int8"
+        assert [r["kernels"][0]["name"] for r in m["layers"][:3]] == [
+            "edge_stem_quantize", "edge_stem_conv_i8", "edge_stem_pool_pack"]
+        return
+    # the float stem: conv, then max pool + quantize + pack as one kernel (bitserial/io.pool_quantize_pack_prim_func)
+    assert [r["op"] for r in m["layers"]][:2] == ["conv2d", "max_pool2d"]
     assert m["variant_info"]["stem"] == "float32" and m["layers"][1]["epilogue"] == ["quantize", "bitpack"]
     assert [r["kernels"][0]["name"] for r in m["layers"][:2]] == ["edge_conv_0", "bitserial_pool_pack"]
 

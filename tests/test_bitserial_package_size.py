@@ -22,13 +22,13 @@ def _weights_bytes(net) -> dict:
 
 
 @pytest.mark.slow
-def test_w1a2_package_stores_binary_weights_bit_packed(tmp_path):
+def test_w1a2_package_stores_binary_weights_bit_packed(tmp_path):  # the float stem: its weights at 4 bytes
     from edge_sdk.cli import main
     from edge_sdk.package import open_package
 
     pkg = tmp_path / "r18_w1a2.edgepkg"
     assert main(["compile", "resnet18", "--alpha", str(OPTS["alpha"]), "--resolution", str(OPTS["resolution"]),
-                 "--classes", str(OPTS["classes"]), "--seed", str(OPTS["seed"]), "--variant", "w1a2",
+                 "--classes", str(OPTS["classes"]), "--seed", str(OPTS["seed"]), "--variant", "w1a2-float-stem",
                  "-o", str(pkg)]) == 0
     net = binarized_resnet18(a_bits=2, w_bits=1, **OPTS)
     want = _weights_bytes(net)

@@ -65,6 +65,7 @@ STEMS = ("int8", "float32")
 # float32 by default: on the A53 proxy the integer stem runs as many instructions (no sdot: an int8 MAC is a
 # 16-bit smlal, 4 per instruction like fmla), on x86 it is slower (generic int8 conv path), and as a
 # post-training quantization of a stem trained in float it cost 5 of 360 digits images (w1a2).
+# (The compiled zoo variants name their stem in variants.py: w1a1/w1a2/... int8, w1a1/w1a2-float-stem float32.)
 DEFAULT_STEM = "float32"
 STEM_WEIGHT_BITS = 9  # |m| <= 511: 147 taps * 128 * 511 < 2^24, exact in float32
 

@@ -102,7 +102,7 @@ def layer_rows(net, float_rows: list[dict], names: dict[str, str], *, glue: str,
 
 def lower_bitserial(model, variant, target, *, progress, seed: int):
     from edge_sdk.compiler.build import Lowered
-    from edge_sdk.models.binarized import binarize, golden_input
+    from edge_sdk.models.binarized import DEFAULT_STEM, binarize, golden_input
     from edge_sdk.quant.bitserial_net_ref import run_reference
 
     if variant.glue not in ("fused", "unfused"):
@@ -112,7 +112,7 @@ def lower_bitserial(model, variant, target, *, progress, seed: int):
 
         return lower_lce(model, variant, target, progress=progress, seed=seed)
     net = binarize(model, a_bits=variant.activation_bits, w_bits=variant.weight_bits,
-                   polarity=variant.polarity or "unipolar")
+                   polarity=variant.polarity or "unipolar", stem=variant.stem or DEFAULT_STEM)
     x = golden_input(net.input_shape, seed=seed)
     trace = run_reference(net, x, glue=variant.glue)
     progress(f"binarized {model.name}: {len(net.convs)} bitserial convs, glue {variant.glue}; "
