@@ -65,14 +65,16 @@ def prepare(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def rewrite_kernels(mod: tvm.IRModule, target: tvm.target.Target, *,
-                    emitted: list | None = None) -> tuple[tvm.IRModule, dict]:
+                    emitted: list | None = None, chooser=None) -> tuple[tvm.IRModule, dict]:
     """Swap matched chains for our scheduled kernels; returns the module and counts per kind.
 
-    `emitted`, when given, receives (layer name, PrimFunc name) per kernel call, in call order."""
+    `emitted`, when given, receives (layer name, PrimFunc name) per kernel call, in call order.
+    `chooser`: compile/choice's per-layer schedule choice (None: each kernel's rule)."""
+    from edge_sdk.compiler.choice import DEFAULT_CHOOSER
     from edge_sdk.compiler.ops.common import simd_of
     from edge_sdk.compiler.ops.fuse import KernelRewriter
 
-    rewriter = KernelRewriter(mod, simd_of(target))
+    rewriter = KernelRewriter(mod, simd_of(target), chooser or DEFAULT_CHOOSER)
     mod = rewriter.rewrite()
     mod = relax.transform.DeadCodeElimination(["main"])(mod)
     if emitted is not None:
@@ -193,7 +195,7 @@ def unscheduled_heavy_ops(mod: tvm.IRModule) -> list[str]:
 
 
 def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: list | None = None,
-                  tuning=None, tuned: list | None = None):
+                  tuning=None, tuned: list | None = None, chooser=None):
     """Compile a float Relax model with our kernels.
 
     mod: "main" takes one NHWC float32 input, weights bound as constants. target: an
@@ -202,7 +204,8 @@ def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: lis
     given, receives the PrimFunc calls of "main" in call order (compiler/kernel_map.py: call_sites),
     for the manifest's per-layer "kernels". `tuning`: a tuning.store.RecordSet whose matching
     records replace our schedules (None: ours everywhere); `tuned`, when given, receives one entry
-    per kernel that runs a tuned schedule (apply_tuning).
+    per kernel that runs a tuned schedule (apply_tuning). `chooser`: compile/choice's Chooser (None:
+    every kernel's own rule).
     """
     say = progress or (lambda _msg: None)
     tvm_target = target.tvm_target()
@@ -213,7 +216,7 @@ def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: lis
         with tvm_target:
             mod = prepare(mod)
             emitted: list = []
-            mod, counts = rewrite_kernels(mod, tvm_target, emitted=emitted)
+            mod, counts = rewrite_kernels(mod, tvm_target, emitted=emitted, chooser=chooser)
             mod, stored = lift_params(mod, only_transforms=True)  # weights transformed at load
             left = unscheduled_heavy_ops(mod)
             mod, applied = apply_tuning(mod, tuning)

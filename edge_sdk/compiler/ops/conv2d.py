@@ -81,8 +81,12 @@ def pad_bias(bias: np.ndarray, n: int) -> np.ndarray:
 _L1_BUDGET = {"neon": 16 << 10}
 
 
-def _tile_order(sch: s_tir.Schedule, mo, no, dims, simd: Simd) -> list:
-    """The loops over register tiles, outermost first. An operand that fits in L1 stays there while
+# gemm's loop orders over register tiles, by schedule name (compile/choice candidates "float.gemm").
+GEMM_ORDERS = ("rows_outer", "panels_outer", "panel_blocks")
+
+
+def gemm_order(dims, simd: Simd) -> str:
+    """The rule's order of the loops over register tiles. An operand that fits in L1 stays there while
     the other streams once (all weights: rows outer; all rows: weight panels outer). Else blocks of
     weight panels that fit are swept over all rows (A53, 196 x 112 -> 672: A re-read from L2 once
     per 4 panels, not per panel: 8.7 -> 7.6 M modelled cycles); panels too big for that (K ~ 1000)
@@ -90,25 +94,28 @@ def _tile_order(sch: s_tir.Schedule, mo, no, dims, simd: Simd) -> list:
     m, k, npad, nr = dims
     budget = _L1_BUDGET.get(simd.isa, 24 << 10)
     if k * npad * 4 <= budget:
-        return [mo, no]
+        return "rows_outer"
     if m * k * 4 <= budget:
+        return "panels_outer"
+    if budget // (k * nr * 4) < 2:
+        return "panels_outer" if k * npad > m * k else "rows_outer"
+    return "panel_blocks"
+
+
+def _tile_order(sch: s_tir.Schedule, mo, no, dims, simd: Simd, order: str) -> list:
+    """The loops over register tiles, outermost first, for a GEMM_ORDERS name."""
+    if order == "rows_outer":
+        return [mo, no]
+    nb = _L1_BUDGET.get(simd.isa, 24 << 10) // (dims[1] * dims[3] * 4)
+    if order == "panels_outer" or nb < 2:
         return [no, mo]
-    nb = budget // (k * nr * 4)
-    if nb < 2:
-        return [no, mo] if k * npad > m * k else [mo, no]
     nbo, nbi = sch.split(no, [None, nb])
     return [nbo, mo, nbi]
 
 
 def _rows_outer(dims, simd: Simd) -> bool:
-    """Whether _tile_order puts the row tiles outermost (rows stay, weight panels stream)."""
-    m, k, npad, nr = dims
-    budget = _L1_BUDGET.get(simd.isa, 24 << 10)
-    if k * npad * 4 <= budget:
-        return True
-    if m * k * 4 <= budget or budget // (k * nr * 4) >= 2:
-        return False
-    return not k * npad > m * k
+    """Whether the rule's order puts the row tiles outermost (rows stay, weight panels stream)."""
+    return gemm_order(dims, simd) == "rows_outer"
 
 
 def _pack_rows(sch: s_tir.Schedule, cb, mo, simd: Simd) -> None:
@@ -148,11 +155,12 @@ def _schedule_gate(sch: s_tir.Schedule, which: str, k: int, simd: Simd) -> None:
 
 
 def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, nr=None,
-         name="edge_gemm") -> tvm.tirx.PrimFunc:
+         name="edge_gemm", schedule: str = "default") -> tvm.tirx.PrimFunc:
     """A (m, k) @ Wp (npad/nr, k, nr) + bias (npad,) [G (k,) gating A's columns] [+ R (m, npad)]
-    -> act -> (m, npad)."""
+    -> act -> (m, npad). `schedule`: a GEMM_ORDERS name, or "default" (gemm_order's rule)."""
     act, residual = epi.act, epi.residual
     nr = nr or choose_nr(simd, m, npad)
+    order = gemm_order((m, k, npad, nr), simd) if schedule == "default" else schedule
     mr = pick_tile(m, simd.mr_max)
     mp = round_up(m, mr)  # the tail tile reads row m-1 again and stores nothing past row m
     a = te.placeholder((m, k), "float32", name="A")
@@ -163,7 +171,7 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     asrc, wsrc, which = _gated(a, w, g, simd) if epi.gate else (a, w, None)
     rk = te.reduce_axis((0, k), name="k")
     row = (lambda i: te.min(i, m - 1)) if mp != m else (lambda i: i)
-    if simd.isa == "neon" and not epi.gate and k * 4 > 256 and not _rows_outer((m, k, npad, nr), simd):
+    if simd.isa == "neon" and not epi.gate and k * 4 > 256 and order != "rows_outer":
         # rows swept inside the weight panels: A once into row-tile panels (mp/mr, K, mr), so the
         # micro-kernel reads one forward stream instead of mr rows K floats apart (A53 prefetcher)
         ap = te.compute((mp // mr, k, mr), lambda io, kk, ii: a[row(io * mr + ii), kk], name="AP")
@@ -180,7 +188,7 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     i, j = sch.get_loops(ob)
     mo, mi = sch.split(i, [None, mr])
     no, ni = sch.split(j, [None, nr])
-    outer = _tile_order(sch, mo, no, (m, k, npad, nr), simd)
+    outer = _tile_order(sch, mo, no, (m, k, npad, nr), simd, order)
     sch.reorder(*outer, mi, ni)
     sch.compute_at(cb, outer[-1])
     sch.set_scope(cb, 0, ACC_SCOPE)
@@ -201,9 +209,10 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
 
 
 def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, epi: Epilogue = NO_EPILOGUE,
-                  name="edge_conv2d") -> tvm.tirx.PrimFunc:
+                  name="edge_conv2d", schedule: str = "default") -> tvm.tirx.PrimFunc:
     """NHWC conv over packed weights (cpad/nr, KH, KW, CI, nr); padding = (top, left, bottom, right)
-    with zeros, or (top, left, bottom, right, fills) with one border value per input channel."""
+    with zeros, or (top, left, bottom, right, fills) with one border value per input channel.
+    `schedule`: "weights_outer" / "pixels_outer", or "default" (the rule below)."""
     act, residual = epi.act, epi.residual
     n, h, w_, ci = shape
     kh, kw = kernel
@@ -238,7 +247,7 @@ def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, epi: Epi
     oo, oi = sch.split(lo, [None, nr])
     # Few pixels, many weights (late ResNet layers): sweep each weight panel over all pixels once,
     # else the whole weight tensor streams from DRAM once per output row.
-    weights_outer = cpad > oh * ow
+    weights_outer = cpad > oh * ow if schedule == "default" else schedule == "weights_outer"
     outer = [oo, la, ly, zo] if weights_outer else [la, ly, zo, oo]
     sch.reorder(*outer, zi, oi)
     sch.compute_at(cb, outer[-1])

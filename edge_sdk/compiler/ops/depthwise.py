@@ -27,8 +27,9 @@ def _channels_outer(kh: int, kw: int, sw: int, wr: int, c: int) -> bool:
 
 
 def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, epi: Epilogue = NO_EPILOGUE,
-                     multiplier=1, name="edge_dwconv2d") -> tvm.tirx.PrimFunc:
-    """X (N,H,W,C) * W (KH,KW,C*M) + bias (C*M,) -> act; padding = (top, left, bottom, right)."""
+                     multiplier=1, name="edge_dwconv2d", schedule: str = "default") -> tvm.tirx.PrimFunc:
+    """X (N,H,W,C) * W (KH,KW,C*M) + bias (C*M,) -> act; padding = (top, left, bottom, right).
+    `schedule`: "channels_outer" / "pixels_outer", or "default" (_channels_outer's rule)."""
     act, residual = epi.act, epi.residual
     n, h, w_, cin = shape
     c, m = cin * multiplier, multiplier
@@ -61,7 +62,7 @@ def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, epi: Epilog
     la, ly, lz, lk = sch.get_loops(ob)
     zo, zi = sch.split(lz, [None, wr])
     ko, ki = sch.split(lk, [None, cv])
-    if _channels_outer(kh, kw, sw, wr, c):
+    if _channels_outer(kh, kw, sw, wr, c) if schedule == "default" else schedule == "channels_outer":
         sch.reorder(la, ly, ko, zo, zi, ki)
         sch.compute_at(db, zo)
     else:

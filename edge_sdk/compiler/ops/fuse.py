@@ -14,6 +14,8 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from edge_sdk.compiler import choice
+from edge_sdk.compiler.choice import families
 from edge_sdk.compiler.ops import conv2d as conv_ops
 from edge_sdk.compiler.ops import winograd
 from edge_sdk.compiler.ops.chain import Chain, Graph, input_affine, ints, match_activation, op_name, shape_of
@@ -26,9 +28,10 @@ from edge_sdk.compiler.ops.weight_transform import TRANSFORM_PREFIX, winograd_we
 class KernelRewriter(PyExprMutator):
     """Replace matched chains by call_tir to our scheduled PrimFuncs (see module docstring)."""
 
-    def __init__(self, mod: tvm.IRModule, simd: Simd):
+    def __init__(self, mod: tvm.IRModule, simd: Simd, chooser=choice.DEFAULT_CHOOSER):
         super().__init__(mod)
         self.simd = simd
+        self.chooser = chooser  # compile/choice: which candidate schedule each layer's kernel runs
         self.kernels: dict = {}
         self.plans: dict = {}
         self.counts: dict[str, int] = {}
@@ -258,11 +261,13 @@ class KernelRewriter(PyExprMutator):
 
     def _emit_dw(self, head, x, w, bias, res, epi: Epilogue, out_shape):
         mult = w.shape[-1] // head["shape"][3]
+        sched = self.chooser.choose(families.dw_site(self.simd, head["shape"], w, head["strides"], head["pad"], bias,
+                                                     epi, mult, layer=self._layer))
         key = ("dw", head["shape"], tuple(w.shape[:2]), tuple(head["strides"]), tuple(head["pad"]),
-               epi.act, epi.residual, mult)
+               epi.act, epi.residual, mult, sched)
         gv = self._kernel(key, lambda name: depthwise_conv2d(
             head["shape"], w.shape[:2], head["strides"], head["pad"], self.simd, epi=epi, multiplier=mult,
-            name=name))
+            name=name, schedule=sched))
         args = [x, relax.const(w), relax.const(bias)] + ([res] if res is not None else [])
         return relax.call_tir(gv, args, relax.TensorType(out_shape, "float32"))
 
@@ -273,9 +278,10 @@ class KernelRewriter(PyExprMutator):
         m = int(np.prod(head["shape"][:-1]))
         nr = conv_ops.choose_nr(self.simd, m, cout, k=wkn.shape[0])
         npad = round_up(cout, nr)
-        key = ("gemm", m, wkn.shape[0], npad, nr, epi)
+        sched = self.chooser.choose(families.gemm_site(self.simd, m, wkn, bias, epi, nr, layer=self._layer))
+        key = ("gemm", m, wkn.shape[0], npad, nr, epi, sched)
         gv = self._kernel(key, lambda name: conv_ops.gemm(m, wkn.shape[0], npad, self.simd, epi=epi, nr=nr,
-                                                          name=name))
+                                                          name=name, schedule=sched))
         dense = head["kind"] == "dense"
         a = x if dense else self.builder_.emit(relax.op.reshape(x, (m, wkn.shape[0])))
         args = [a, relax.const(conv_ops.pack_gemm_weight(wkn, nr)), relax.const(conv_ops.pad_bias(bias, npad))]
@@ -289,11 +295,15 @@ class KernelRewriter(PyExprMutator):
         return relax.op.reshape(out, out_shape) if not dense else out
 
     def _emit_conv(self, head, x, w, bias, res, epi: Epilogue, out_shape):
-        """A KxK conv: Winograd where it measured faster (ops/winograd.py _TABLE), else the direct conv."""
+        """A KxK conv: Winograd where it measured faster (ops/winograd.py _TABLE), else the direct conv;
+        on a Pi target the chooser may pick another (compile/choice/families.py conv_site)."""
         cout = w.shape[-1]
         nr = conv_ops.choose_nr(self.simd, 2, cout)
         cpad = round_up(cout, nr)
-        wino_m = winograd.choose_m(self.simd, head["shape"], w.shape[:2], head["strides"], cout)
+        sched = self.chooser.choose(families.conv_site(self.simd, head["shape"], w, head["strides"], head["pad"], bias,
+                                                       epi, layer=self._layer))
+        wino_m, direct = families.conv_plan(self.simd, head["shape"], w.shape[:2], head["strides"], head["pad"], cout,
+                                            sched)
         if wino_m is not None:
             key = ("conv_winograd", head["shape"], tuple(head["pad"]), cpad, nr, wino_m, epi.act, epi.residual)
             gv = self._kernel(key, lambda name: winograd.conv2d_winograd(
@@ -301,9 +311,10 @@ class KernelRewriter(PyExprMutator):
             wpack = self._wino_weight(w, wino_m, nr)
         else:
             key = ("conv", head["shape"], tuple(w.shape[:2]), tuple(head["strides"]), tuple(head["pad"]),
-                   cpad, epi.act, epi.residual)
+                   cpad, epi.act, epi.residual, direct)
             gv = self._kernel(key, lambda name: conv_ops.conv2d_direct(
-                head["shape"], w.shape[:2], head["strides"], head["pad"], cpad, self.simd, epi=epi, name=name))
+                head["shape"], w.shape[:2], head["strides"], head["pad"], cpad, self.simd, epi=epi, name=name,
+                schedule=direct))
             wpack = relax.const(conv_ops.pack_conv_weight(w, nr))
         args = [x, wpack, relax.const(conv_ops.pad_bias(bias, cpad))]
         if res is not None:

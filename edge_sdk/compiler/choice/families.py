@@ -1,0 +1,208 @@
+"""Today's kernel families with more than one schedule, as compile/choice Sites, and their candidates.
+
+    float.gemm   1x1 stride-1 convs and dense layers (ops/conv2d.gemm): the loop order over register
+                 tiles, conv2d.GEMM_ORDERS (rows outer, weight panels outer, blocks of panels)
+    float.conv   KxK convs: the direct conv with pixels or weight panels outer (ops/conv2d.conv2d_direct),
+                 and for 3x3 stride 1, Winograd F(2x2) and F(4x4) (ops/winograd.py)
+    float.dw     depthwise convs (ops/depthwise.py): channel blocks outside or inside the pixel tiles
+
+Each *_site function returns the Site of one layer: the chooser builds it alone with each candidate,
+and the compile (ops/fuse.py) emits the kernel of the schedule chosen. The references are numpy in
+float64 (independent of TVM), in the kernel's layout without the channel padding.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from edge_sdk.compiler.choice import Built, Site, Spec, register_candidates
+from edge_sdk.compiler.ops import conv2d as conv_ops
+from edge_sdk.compiler.ops import winograd
+from edge_sdk.compiler.ops.common import Epilogue, Simd, round_up
+from edge_sdk.compiler.ops.depthwise import depthwise_conv2d
+
+
+def np_activate(y: np.ndarray, act: tuple) -> np.ndarray:
+    """ops/activation.py's activations in numpy (float64)."""
+    kind = act[0]
+    if kind == "none":
+        return y
+    if kind == "relu":
+        return np.maximum(y, 0.0)
+    if kind == "clip":
+        return np.clip(y, act[1], act[2])
+    sig = 1.0 / (1.0 + np.exp(-y))
+    if kind == "sigmoid":
+        return sig
+    if kind == "swish":
+        return y * sig
+    if kind == "hswish":
+        return y * np.clip(y / 6.0 + 0.5, 0.0, 1.0)
+    raise ValueError(f"unknown activation {act!r}")
+
+
+def _epi_json(epi: Epilogue) -> dict:
+    return {"act": [str(a) if isinstance(a, str) else float(a) for a in epi.act], "residual": epi.residual,
+            "gate": epi.gate}
+
+
+# -- float.gemm ------------------------------------------------------------------------------------
+
+@register_candidates("float.gemm")
+def _gemm_orders(workload: dict) -> list[str]:
+    return list(conv_ops.GEMM_ORDERS) if workload["m"] > 1 else []
+
+
+def gemm_site(simd: Simd, m: int, wkn: np.ndarray, bias: np.ndarray, epi: Epilogue, nr: int, *, layer: str = "") -> Site:
+    """C (m, n) = act(A (m, k) [* G (k,)] @ W (k, n) + bias [+ R (m, n)])."""
+    k, n = wkn.shape
+    npad = round_up(n, nr)
+    workload = {"m": m, "k": k, "n": n, "nr": nr, "isa": simd.isa, **_epi_json(epi)}
+    acts = [Spec((m, k), "float32")] + ([Spec((k,), "float32")] if epi.gate else []) + (
+        [Spec((m, n), "float32")] if epi.residual else [])
+
+    def build(schedule: str, name: str, xs: list[np.ndarray]) -> Built:
+        func = conv_ops.gemm(m, k, npad, simd, epi=epi, nr=nr, name=name, schedule=schedule)
+        args = [xs[0], conv_ops.pack_gemm_weight(wkn, nr), conv_ops.pad_bias(bias, npad)]
+        rest = list(xs[1:])
+        if epi.gate:
+            args.append(rest.pop(0))
+        if epi.residual:
+            r = np.zeros((m, npad), "float32")
+            r[:, :n] = rest.pop(0)
+            args.append(r)
+        return Built(func, args, Spec((m, npad), "float32"))
+
+    def reference(xs: list[np.ndarray]) -> np.ndarray:
+        a = xs[0].astype(np.float64)
+        rest = list(xs[1:])
+        if epi.gate:
+            a = a * rest.pop(0).astype(np.float64)
+        y = a @ wkn.astype(np.float64) + bias
+        if epi.residual:
+            y = y + rest.pop(0)
+        return np_activate(y, epi.act)
+
+    return Site("float.gemm", workload, build, acts, reference, rtol=1e-4, atol=1e-4, layer=layer)
+
+
+# -- float.conv ------------------------------------------------------------------------------------
+
+DIRECT = ("direct_pixels_outer", "direct_weights_outer")
+WINOGRAD = {"winograd2": 2, "winograd4": 4}
+
+
+@register_candidates("float.conv")
+def _conv_schedules(workload: dict) -> list[str]:
+    names = list(DIRECT)
+    if (tuple(workload["kernel"]) == (3, 3) and tuple(workload["strides"]) == (1, 1) and workload["shape"][0] == 1
+            and min(workload["shape"][3], workload["cout"]) >= 8 and len(workload["pad"]) == 4):
+        names += list(WINOGRAD)
+    return names
+
+
+def conv_plan(simd: Simd, shape, kernel, strides, pad, cout: int, schedule: str) -> tuple[int | None, str]:
+    """(Winograd tile m or None for the direct conv, the direct conv's schedule) for a schedule name."""
+    if schedule == "default":
+        fills = len(pad) > 4
+        m = None if fills else winograd.choose_m(simd, shape, kernel, strides, cout)
+        return m, "default"
+    if schedule in WINOGRAD:
+        return WINOGRAD[schedule], "default"
+    return None, schedule.removeprefix("direct_")
+
+
+def _pad_np(x: np.ndarray, pad) -> np.ndarray:
+    pt, pl, pb, pr = pad[:4]
+    n, h, w, c = x.shape
+    out = np.empty((n, h + pt + pb, w + pl + pr, c), np.float64)
+    out[...] = np.asarray(pad[4], np.float64) if len(pad) > 4 else 0.0
+    out[:, pt:pt + h, pl:pl + w, :] = x
+    return out
+
+
+def np_conv(x: np.ndarray, w_hwio: np.ndarray, strides, pad) -> np.ndarray:
+    """NHWC conv in float64 (padding (top, left, bottom, right[, per-channel fills]))."""
+    xp = _pad_np(x.astype(np.float64), pad)
+    kh, kw, _, co = w_hwio.shape
+    sh, sw = strides
+    oh = (xp.shape[1] - kh) // sh + 1
+    ow = (xp.shape[2] - kw) // sw + 1
+    y = np.zeros((x.shape[0], oh, ow, co))
+    for i in range(kh):
+        for j in range(kw):
+            y += np.einsum("nhwc,co->nhwo", xp[:, i:i + sh * oh:sh, j:j + sw * ow:sw, :], w_hwio[i, j].astype(np.float64))
+    return y
+
+
+def conv_site(simd: Simd, shape, w_hwio: np.ndarray, strides, pad, bias: np.ndarray, epi: Epilogue, *,
+              layer: str = "") -> Site:
+    """A KxK conv (NHWC, packed weights, epilogue fused), direct or Winograd by schedule."""
+    kh, kw, ci, co = w_hwio.shape
+    nr = conv_ops.choose_nr(simd, 2, co)
+    cpad = round_up(co, nr)
+    pad_json = [int(p) for p in pad[:4]] + ([[float(f) for f in pad[4]]] if len(pad) > 4 else [])
+    workload = {"shape": list(shape), "kernel": [kh, kw], "strides": list(strides), "pad": pad_json, "cout": co,
+                "nr": nr, "isa": simd.isa, **_epi_json(epi)}
+    n = shape[0]
+    oh = (shape[1] + pad[0] + pad[2] - kh) // strides[0] + 1
+    ow = (shape[2] + pad[1] + pad[3] - kw) // strides[1] + 1
+    acts = [Spec(tuple(shape), "float32")] + ([Spec((n, oh, ow, co), "float32")] if epi.residual else [])
+
+    def build(schedule: str, name: str, xs: list[np.ndarray]) -> Built:
+        m, direct = conv_plan(simd, shape, (kh, kw), strides, pad, co, schedule)
+        if m is not None:
+            func = winograd.conv2d_winograd(tuple(shape), tuple(pad[:4]), cpad, m, simd, epi=epi, nr=nr, name=name)
+            wpack = winograd.transform_weight(w_hwio, m, nr)
+        else:
+            func = conv_ops.conv2d_direct(tuple(shape), (kh, kw), strides, pad, cpad, simd, epi=epi, name=name,
+                                          schedule=direct)
+            wpack = conv_ops.pack_conv_weight(w_hwio, nr)
+        args = [xs[0], wpack, conv_ops.pad_bias(bias, cpad)]
+        if epi.residual:
+            r = np.zeros((n, oh, ow, cpad), "float32")
+            r[..., :co] = xs[1]
+            args.append(r)
+        return Built(func, args, Spec((n, oh, ow, cpad), "float32"))
+
+    def reference(xs: list[np.ndarray]) -> np.ndarray:
+        y = np_conv(xs[0], w_hwio, strides, pad) + bias
+        return np_activate(y + xs[1] if epi.residual else y, epi.act)
+
+    # Winograd F(4x4) rounds more (winograd.py: 4e-6..1e-5 of max |y|): the tolerance is relative to the output
+    return Site("float.conv", workload, build, acts, reference, rtol=1e-3, atol=1e-3, layer=layer)
+
+
+# -- float.dw --------------------------------------------------------------------------------------
+
+@register_candidates("float.dw")
+def _dw_orders(workload: dict) -> list[str]:
+    return ["channels_outer", "pixels_outer"]
+
+
+def dw_site(simd: Simd, shape, w_hwc: np.ndarray, strides, pad, bias: np.ndarray, epi: Epilogue, multiplier: int, *,
+            layer: str = "") -> Site:
+    """A depthwise conv (weights (KH, KW, C*M)), epilogue fused."""
+    kh, kw, c = w_hwc.shape
+    n = shape[0]
+    oh = (shape[1] + pad[0] + pad[2] - kh) // strides[0] + 1
+    ow = (shape[2] + pad[1] + pad[3] - kw) // strides[1] + 1
+    workload = {"shape": list(shape), "kernel": [kh, kw], "strides": list(strides), "pad": [int(p) for p in pad],
+                "multiplier": multiplier, "isa": simd.isa, **_epi_json(epi)}
+    acts = [Spec(tuple(shape), "float32")] + ([Spec((n, oh, ow, c), "float32")] if epi.residual else [])
+
+    def build(schedule: str, name: str, xs: list[np.ndarray]) -> Built:
+        func = depthwise_conv2d(tuple(shape), (kh, kw), strides, pad, simd, epi=epi, multiplier=multiplier,
+                                name=name, schedule=schedule)
+        return Built(func, [xs[0], w_hwc, bias.astype("float32"), *xs[1:]], Spec((n, oh, ow, c), "float32"))
+
+    def reference(xs: list[np.ndarray]) -> np.ndarray:
+        xp = _pad_np(xs[0], pad)
+        src = np.repeat(xp, multiplier, axis=3) if multiplier > 1 else xp
+        y = np.zeros((n, oh, ow, c))
+        for i in range(kh):
+            for j in range(kw):
+                y += src[:, i:i + strides[0] * oh:strides[0], j:j + strides[1] * ow:strides[1], :] * w_hwc[i, j]
+        y = y + bias
+        return np_activate(y + xs[1] if epi.residual else y, epi.act)
+
+    return Site("float.dw", workload, build, acts, reference, rtol=1e-4, atol=1e-4, layer=layer)
