@@ -40,87 +40,92 @@ _SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no
                      "Cache-Control": "no-store"}
 
 
-def _handler(db: Path, log: Callable[[str], None] | None, idle_timeout: float) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "edge-sdk-dashboard"
-        head_only = False
-        timeout = idle_timeout  # StreamRequestHandler sets it on the socket: a silent client is dropped
+class Handler(BaseHTTPRequestHandler):
+    """One connection's requests; `db`, `log` and `timeout` are set by _handler's subclass."""
 
-        cut = False
+    server_version = "edge-sdk-dashboard"
+    head_only = False
+    cut = False
+    db: Path
+    log: Callable[[str], None] | None = None
+    timeout = IDLE_TIMEOUT_S  # StreamRequestHandler sets it on the socket: a silent client is dropped
 
-        def handle_one_request(self) -> None:
-            try:  # up to the idle timeout for the request's first byte (not consumed: peek)
-                self.rfile.peek(1)
-            except TimeoutError:
-                self.close_connection = True
-                return
-            timer = threading.Timer(self.server.request_deadline, self._cut)  # the whole request, not per read
-            timer.daemon = True
-            timer.start()
-            try:
-                super().handle_one_request()
-            finally:
-                timer.cancel()
-            self.close_connection = self.close_connection or self.cut
+    def handle_one_request(self) -> None:
+        try:  # up to the idle timeout for the request's first byte (not consumed: peek)
+            self.rfile.peek(1)
+        except TimeoutError:
+            self.close_connection = True
+            return
+        timer = threading.Timer(self.server.request_deadline, self._cut)  # the whole request, not per read
+        timer.daemon = True
+        timer.start()
+        try:
+            super().handle_one_request()
+        finally:
+            timer.cancel()
+        self.close_connection = self.close_connection or self.cut
 
-        def _cut(self) -> None:
-            self.cut = True
-            try:  # a blocked read returns b"" at once; the handler ends as if the client had gone
-                self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+    def _cut(self) -> None:
+        self.cut = True
+        try:  # a blocked read returns b"" at once; the handler ends as if the client had gone
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
-        def do_HEAD(self) -> None:  # noqa: N802 (http.server's naming)
-            self.head_only = True
-            self.do_GET()
+    def do_HEAD(self) -> None:  # noqa: N802 (http.server's naming)
+        self.head_only = True
+        self.do_GET()
 
-        def do_GET(self) -> None:  # noqa: N802
-            if self.cut:
-                return
-            if not self.server.host_allowed(self.headers.get("Host")):
-                self.log_message("refused Host %r", self.headers.get("Host"))
-                self._send(HTTPStatus.MISDIRECTED_REQUEST, "text/plain; charset=utf-8",
-                           b"this server answers only for its own address (Host header)\n")
-                return
-            path = urlsplit(self.path).path
-            if path in ("/", "/index.html"):
-                self._send(HTTPStatus.OK, "text/html; charset=utf-8", render_page(None).encode())
-            elif path == "/api/data":
-                self._send_data()
-            else:
-                self._send(HTTPStatus.NOT_FOUND, "text/plain; charset=utf-8", b"not found\n")
+    def do_GET(self) -> None:  # noqa: N802
+        if self.cut:
+            return
+        if not self.server.host_allowed(self.headers.get("Host")):
+            self.log_message("refused Host %r", self.headers.get("Host"))
+            self._send(HTTPStatus.MISDIRECTED_REQUEST, "text/plain; charset=utf-8",
+                       b"this server answers only for its own address (Host header)\n")
+            return
+        path = urlsplit(self.path).path
+        if path in ("/", "/index.html"):
+            self._send(HTTPStatus.OK, "text/html; charset=utf-8", render_page(None).encode())
+        elif path == "/api/data":
+            self._send_data()
+        else:
+            self._send(HTTPStatus.NOT_FOUND, "text/plain; charset=utf-8", b"not found\n")
 
-        def _send_data(self) -> None:
-            try:
-                with ResultsStore(db, read_only=True) as store:
-                    body = json.dumps(chart_data(store), default=str, allow_nan=False).encode()
-            except EdgeError as e:
-                self._send_error(str(e))
-            except Exception as e:  # noqa: BLE001 - the server answers every request; the reason goes to the page
-                self._send_error(f"cannot read the results store {db}: {type(e).__name__}: {e}")
-            else:
-                self._send(HTTPStatus.OK, "application/json", body)
+    def _send_data(self) -> None:
+        try:
+            with ResultsStore(self.db, read_only=True) as store:
+                body = json.dumps(chart_data(store), default=str, allow_nan=False).encode()
+        except EdgeError as e:
+            self._send_error(str(e))
+        except Exception as e:  # noqa: BLE001 - the server answers every request; the reason goes to the page
+            self._send_error(f"cannot read the results store {self.db}: {type(e).__name__}: {e}")
+        else:
+            self._send(HTTPStatus.OK, "application/json", body)
 
-        def _send_error(self, message: str) -> None:
-            if log:
-                log(f"api/data: {message}")
-            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "application/json", json.dumps({"error": message}).encode())
+    def _send_error(self, message: str) -> None:
+        if self.log:
+            self.log(f"api/data: {message}")
+        self._send(HTTPStatus.INTERNAL_SERVER_ERROR, "application/json", json.dumps({"error": message}).encode())
 
-        def _send(self, status: HTTPStatus, ctype: str, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            for k, v in _SECURITY_HEADERS.items():
-                self.send_header(k, v)
-            self.end_headers()
-            if not self.head_only:
-                self.wfile.write(body)
+    def _send(self, status: HTTPStatus, ctype: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in _SECURITY_HEADERS.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if not self.head_only:
+            self.wfile.write(body)
 
-        def log_message(self, fmt: str, *args) -> None:
-            if log:
-                log(f"{self.address_string()} {fmt % args}")
+    def log_message(self, fmt: str, *args) -> None:
+        if self.log:
+            self.log(f"{self.address_string()} {fmt % args}")
 
-    return Handler
+
+def _handler(db: Path, log: Callable[[str], None] | None, idle_timeout: float) -> type[Handler]:
+    return type("Handler", (Handler,), {"db": db, "log": staticmethod(log) if log else None,
+                                        "timeout": idle_timeout})
 
 
 class DashboardServer(ThreadingHTTPServer):
