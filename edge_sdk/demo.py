@@ -31,6 +31,7 @@ import numpy as np
 from edge_sdk.errors import DeviceError, UsageError
 from edge_sdk.fleet.paths import CLASSIFY_APP as REMOTE_APP, DEMO_FRAMES as REMOTE_FRAMES, RESULTS as REMOTE_RESULTS
 from edge_sdk.devices import stand_in_module
+from edge_sdk.system_tools import DEMO as DEMO_TOOLS, require
 from edge_sdk.variants import BASELINE
 
 APP_DIR = Path(__file__).resolve().parent / "apps" / "classify"  # package data: the app the demo uploads
@@ -77,6 +78,7 @@ def run_demo(opts: DemoOptions) -> DemoReport:
 
     from edge_sdk.targets import stand_in_targets
 
+    require(DEMO_TOOLS, why="edge-sdk demo (it compiles for pi3 and host, starts an emulated Pi and a loopback sshd)")
     say = Console(stderr=True).log
     t0 = time.monotonic()
     size = "full size" if (opts.alpha, opts.resolution) == (1.0, 224) else \

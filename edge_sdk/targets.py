@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 
 from edge_sdk._suggest import did_you_mean
-from edge_sdk.errors import CompileError, UsageError
+from edge_sdk.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -91,11 +91,9 @@ class Target:
         """The fcompile for export_library; raises if the cross compiler is missing."""
         if self.cross_cc is None:
             return None
-        if shutil.which(self.cross_cc) is None:
-            raise CompileError(
-                f"target '{self.name}' needs the cross compiler '{self.cross_cc}', which is not installed",
-                hint=f"apt-get install {self.cross_package}",
-            )
+        from edge_sdk.system_tools import require
+
+        require((self.cross_cc,), why=f"target '{self.name}' (its cross compiler)")  # MissingDependency, exit 9
         from tvm.support import cc
 
         return cc.cross_compiler(self.cross_cc)

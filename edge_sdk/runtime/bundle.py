@@ -150,10 +150,10 @@ def _check_arch(arch: str) -> None:
 
 
 def _compiler(arch: str) -> str:
-    cxx, package = _CXX[arch]
-    if shutil.which(cxx) is None:
-        raise CompileError(f"building the {arch} runtime bundle needs '{cxx}', which is not installed",
-                           hint=f"apt-get install {package}")
+    from edge_sdk.system_tools import require
+
+    cxx, _package = _CXX[arch]
+    require((cxx,), why=f"building the {arch} runtime bundle")  # MissingDependency, exit 9
     return cxx
 
 
