@@ -21,6 +21,9 @@ CASES = [
     ((1, 5, 5, 7), 5, (1, 1), (1, 1), (1, 1), "VALID"),      # K = 7 < one block
     ((1, 4, 4, 48), 64, (3, 3), (1, 1), (1, 1), "SAME"),     # 3x3 over CI = 48 (3 blocks a tap)
     ((1, 4, 6, 64), 12, (1, 1), (1, 1), (1, 1), "VALID"),    # rows are slices of x: the vector copy
+    ((1, 20, 18, 3), 12, (7, 7), (2, 2), (1, 1), "SAME"),    # 7x7x3 stem, pre-padded rows: 11 blocks (K pad half)
+    ((2, 7, 9, 5), 8, (3, 3), (1, 1), (2, 1), "VALID"),      # pre-padded rows with dilation along y only
+    ((1, 8, 8, 24), 16, (3, 3), (2, 2), (1, 1), "SAME"),     # CI = 24: 9 halves a kernel row, 14 blocks
 ]
 
 
@@ -112,7 +115,7 @@ def test_gemm_smull_packs_one_byte_a_weight_and_keeps_int16_for_minus_128():
     x, w, bias, rq, win, _ = _case(0, CASES[1])
     k = _pi3_kernel(x, w, bias, rq, win)
     wp = k.consts[0]
-    assert wp.dtype == np.int8 and wp.size == 32 * 32  # CO 30 -> 32, K 27 -> 32: padding only
+    assert wp.dtype == np.int8 and wp.size == 32 * 48  # CO 30 -> 32, K: 3 kernel rows of 9 -> 16 bytes: padding only
     assert np.count_nonzero(wp) == np.count_nonzero(w)
     w2 = w.copy()
     w2[3, 1, 1, 2] = -128  # two (-128) x (-128) products overflow an int16 lane: the int16 kernel

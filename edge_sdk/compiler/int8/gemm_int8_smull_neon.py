@@ -29,6 +29,7 @@ from tvm import s_tir, te, tirx
 from tvm.script import tirx as T
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
+from edge_sdk.compiler.int8 import im2col_int8_rows as rows8
 from edge_sdk.compiler.int8.gemm_int8_widen16 import ConvGeom
 from edge_sdk.compiler.ops.common import ACC_SCOPE, finish, largest_divisor, round_up
 
@@ -180,16 +181,22 @@ def _a8(x, kdims, geom: ConvGeom, in_zp: int):
     return te.compute((mp // MR, nb, MR, KB), val, name="a8"), nb, natural and c16 == ci
 
 
-def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str):
+def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, padded_rows: bool = True):
     """PrimFunc out (M, COpad) int8 = requant(im2col(x) @ W + bias), x NHWC; the 8-bit NEON tile.
+    padded_rows: where it applies (CI % 16 != 0, not 1x1), im2col_int8_rows' pre-padded 8-byte copies.
 
     Returns (func, packed int8 weight, npad). Arguments: x, W, bias, mult, rshift (int32, (npad,))."""
     kh, kw, ci, co = w_hwio.shape
     m = x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
     npad, mp = round_up(co, NR), round_up(m, MR)
     x = te.placeholder(tuple(x_shape), "int8", name="x")
-    a8, nb, plain = _a8(x, (kh, kw, ci), geom, rq.in_zp)
-    wp = pack_weight8(w_hwio)
+    hps = rows8.halves(kh, kw, ci, geom.dilation[1]) if padded_rows else None
+    if hps:
+        (a8, nb), plain = rows8.a8_rows(x, kh, hps, geom, rq.in_zp, MR), rows8.HALF
+        wp = rows8.pack_weight_rows(w_hwio, hps)
+    else:
+        a8, nb, plain = _a8(x, (kh, kw, ci), geom, rq.in_zp)
+        wp = pack_weight8(w_hwio)
     wt = te.placeholder(wp.shape, "int8", name="w")
     bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
     rb, rh, rp = te.reduce_axis((0, nb), "rb"), te.reduce_axis((0, 2), "rh"), te.reduce_axis((0, 2), "rp")
@@ -212,7 +219,7 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str):
     return finish(sch, name), wp, npad
 
 
-def _schedule(sch, *, m: int, npad: int, plain_copy: bool, red_b: int) -> None:
+def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int) -> None:
     """Row tiles x channel tiles (the bigger operand's panel outer), A's rows copied per row tile, the
     4x4x16 step tensorized under the reduction loops, the lane sums and requantize vectorized over 4."""
     ab, cb, sb, bb, ob = (sch.get_sblock(n) for n in ("a8", "acc", "lanesum", "biased", "out"))
@@ -232,7 +239,11 @@ def _schedule(sch, *, m: int, npad: int, plain_copy: bool, red_b: int) -> None:
         sch.parallel(sch.get_loops(ab)[0])
     else:
         sch.compute_at(ab, outer[0])
-    if plain_copy:  # 16-byte vector copies
+    if plain_copy == rows8.HALF:  # 8-byte vector copies out of the pre-padded rows
+        sch.vectorize(sch.split(sch.get_loops(ab)[-1], [None, rows8.HALF])[1])
+        pa, py, _ = sch.get_loops(sch.get_sblock("xpad"))
+        sch.parallel(sch.fuse(pa, py))
+    elif plain_copy:  # 16-byte vector copies
         sch.vectorize(sch.get_loops(ab)[-1])
     sch.parallel(outer[0])
     sch.unroll(mi)
@@ -245,6 +256,8 @@ def _schedule(sch, *, m: int, npad: int, plain_copy: bool, red_b: int) -> None:
     # 4 steps unrolled here: left to itself LLVM unrolls the step loop by 2 and then spills 8 of the 16
     # accumulators around every step (4 steps unrolled, 1x1 512 -> 512: no stack access in the loop)
     unroll = largest_divisor(red_b, 4) if red_b > 8 else red_b
+    if unroll == 1 and red_b <= 16:  # a prime step count (the 7x7x3 stem's 11): all steps unrolled
+        unroll = red_b
     if rl and red_b > 1 and unroll > 1:
         rbo, rbi = sch.split(rl[-1], [None, unroll])
         sch.unroll(rbi)
