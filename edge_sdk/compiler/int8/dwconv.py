@@ -6,7 +6,7 @@ vectors), a short run of output pixels unrolled so each weight vector stays in a
 unrolled, the zero-point padding inlined as a guarded load (no padded copy), rows in parallel.
 The product int32(int8 x) * int32(int8 w) has >= 17 sign bits in each factor, so x86 LLVM emits
 vpmaddwd for it and aarch64 smull/smlal; the epilogue is gemm's: bias in its own block (keeps it int32),
-fixedpoint.mbqm32, zero point, clamp, int8.
+fixedpoint.mbqm32 (on NEON mbqm32_neon: sqrdmulh/srshl), zero point, clamp, int8.
 """
 from __future__ import annotations
 
@@ -52,15 +52,18 @@ def depthwise_i8(x_shape, w_hwc: np.ndarray, rq, *, geom: ConvGeom, depth_multip
         tap(a, y, z, ry, rx, k) * wt[ry, rx, k].astype("int32"), axis=[ry, rx]), name="acc")
     biased = te.compute((n, oh, owp, c), lambda a, y, z, k: acc[a, y, z, k] + bt[k], name="biased")
     lo, hi = rq.act
+    neon = simd.isa == "neon" and cv % 4 == 0  # sqrdmulh/srshl in whole int32x4 vectors only
+    requant = fp.mbqm32_neon if neon else fp.mbqm32
     out = te.compute((n, oh, ow, c), lambda a, y, z, k: fp.clamp_int8_32(
-        fp.mbqm32(biased[a, y, z, k], mt[k], rt[k]) + tirx.const(rq.out_zp, "int32"), lo, hi), name="out")
+        requant(biased[a, y, z, k], mt[k], rt[k]) + tirx.const(rq.out_zp, "int32"), lo, hi), name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt, out]))
-    _schedule(sch, wr=wr, cv=cv)
+    _schedule(sch, wr=wr, cv=cv, out_lanes=4 if neon else cv)
     return finish(sch, name)
 
 
-def _schedule(sch, *, wr: int, cv: int) -> None:
-    """Rows in parallel, a run of wr output pixels unrolled, cv channels vectorized, the taps unrolled."""
+def _schedule(sch, *, wr: int, cv: int, out_lanes: int) -> None:
+    """Rows in parallel, a run of wr output pixels unrolled, cv channels vectorized, the taps unrolled;
+    the epilogue in vectors of out_lanes (4 for the NEON intrinsics, which LLVM does not split)."""
     cb, bb, ob = sch.get_sblock("acc"), sch.get_sblock("biased"), sch.get_sblock("out")
     la, ly, lz, lk = sch.get_loops(ob)
     zo, zi = sch.split(lz, [None, wr])
@@ -72,7 +75,12 @@ def _schedule(sch, *, wr: int, cv: int) -> None:
         sch.set_scope(blk, 0, ACC_SCOPE)
     if wr > 1:
         sch.unroll(zi)
-    sch.vectorize(ki)
+    if out_lanes < cv:
+        ku, kv = sch.split(ki, [None, out_lanes])
+        sch.unroll(ku)
+        sch.vectorize(kv)
+    else:
+        sch.vectorize(ki)
     bl = sch.get_loops(bb)[3:]
     if wr > 1:
         sch.unroll(bl[0])

@@ -98,3 +98,20 @@ def mbqm32(x, multiplier, right_shift):
 
 def clamp_int8_32(v, lo: int = -128, hi: int = 127):
     return tirx.max(tirx.min(v, tirx.const(hi, "int32")), tirx.const(lo, "int32")).astype("int8")
+
+
+def _neon(name: str, *args):
+    return tirx.call_llvm_pure_intrin("int32", f"llvm.aarch64.neon.{name}", *args)
+
+
+def mbqm32_neon(x, multiplier, right_shift):
+    """mbqm32 as TFLite's NEON MultiplyByQuantizedMultiplier computes it: `sqrdmulh` (ARM's SQRDMULH is
+    SRDHM exactly: (2ab + 2^31) >> 32, saturating only at INT32_MIN^2, which a positive multiplier
+    excludes), then RoundingDivideByPOT as `srshl` by -right_shift (rounds half up) after adding -1 to
+    negative values (`and` with the negative shift's sign bit, `sshr #31`, `sqadd`), so halves round away
+    from zero. 5 NEON instructions for 4 lanes; aarch64 only, in vectorized loops (no scalar 32-bit srshl)."""
+    neg = tirx.const(0, "int32") - right_shift
+    h = _neon("sqrdmulh", x, multiplier)
+    h = _neon("sqadd", h, (h & neg) >> tirx.const(31, "int32"))
+    return _neon("srshl", h, neg)
+

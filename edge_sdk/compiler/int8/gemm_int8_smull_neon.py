@@ -212,7 +212,7 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, pa
     biased = te.compute((mp, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
     lo, hi = rq.act
     out = te.compute((m, npad), lambda i, j: fp.clamp_int8_32(
-        fp.mbqm32(biased[i, j], mt[j], rt_[j]) + tirx.const(rq.out_zp, "int32"), lo, hi), name="out")
+        fp.mbqm32_neon(biased[i, j], mt[j], rt_[j]) + tirx.const(rq.out_zp, "int32"), lo, hi), name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
     # a row's taps are slices of x (the bounds and tail guards do not depend on c: TVM keeps them a branch)
     _schedule(sch, m=m, npad=npad, plain_copy=plain, red_b=nb)
