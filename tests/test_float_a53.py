@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edge_sdk.compiler.ops import conv1x1_gemm_a53 as a53
 from edge_sdk.compiler.ops import conv2d as conv_ops
 from edge_sdk.compiler.ops.common import Epilogue, simd_of
 from edge_sdk.targets import get_target
@@ -43,3 +44,44 @@ def test_packed_rows_gemm_on_pi3_under_qemu(m, k, n, residual):
     out = run_prim_pi3(func, args, (m, npad))[:, :n]
     ref = np.maximum(a.astype("float64") @ w + b + (r if residual else 0), 0)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+
+
+# The A53 8x8 tile in assembly (conv1x1_gemm_a53): K = 66 (the loop once per two steps, then the
+# two-step tail), K = 130 with a row tail (37 rows -> 40) and a residual, K = 512 over several weight
+# panels (MobileNetV1's 14x14 pointwise shape, fewer rows); K = 129 (odd) keeps LLVM's tile.
+A53_CASES = [(16, 66, 64, False, True), (37, 130, 96, True, True), (24, 512, 512, False, True),
+             (40, 129, 64, False, False)]
+
+
+def _calls(func, name: str) -> bool:
+    return name in func.body.script()  # the PrimFunc's body (its workload attribute does not print)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("m,k,n,residual,asm", A53_CASES)
+def test_a53_asm_tile_gemm_on_pi3_under_qemu(m, k, n, residual, asm):
+    simd = simd_of(get_target("pi3").tvm_target())
+    nr = conv_ops.choose_nr(simd, m, n, k)
+    a = RNG.standard_normal((m, k)).astype("float32")
+    w = (RNG.standard_normal((k, n)) / np.sqrt(k)).astype("float32")
+    b = RNG.standard_normal(n).astype("float32")
+    r = RNG.standard_normal((m, n)).astype("float32")
+    wp = conv_ops.pack_gemm_weight(w, nr)
+    npad = wp.shape[0] * nr
+    func = conv_ops.gemm(m, k, npad, simd, epi=Epilogue(("clip", 0.0, 6.0), residual), nr=nr, name="t_a53_asm")
+    assert _calls(func, a53.NAME) == asm  # the assembly tile is (or is not) what runs
+    rp = np.zeros((m, npad), "float32")
+    rp[:, :n] = r
+    args = [a, wp, conv_ops.pad_bias(b, npad)] + ([rp] if residual else [])
+    out = run_prim_pi3(func, args, (m, npad))[:, :n]
+    ref = np.clip(a.astype("float64") @ w + b + (r if residual else 0), 0, 6)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+
+
+def test_a53_asm_tile_text_follows_ncnn_load_pattern():
+    """Every 128-bit operand is loaded as ldr d + ldr x + ins (no ldr q in the loop), 16 fmla a step."""
+    lines = a53.kernel_lines()
+    loop = lines[lines.index("1:") + 1:lines.index("b.ne 1b")]
+    assert sum(x.startswith("fmla") for x in loop) == 32
+    assert not [x for x in loop if x.startswith(("ldr q", "ldp q", "ld1"))]
+    assert sum(x.startswith("ldr d") for x in loop) == sum(x.startswith("ins") for x in loop) == 8

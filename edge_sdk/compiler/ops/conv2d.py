@@ -18,6 +18,7 @@ import numpy as np
 import tvm
 from tvm import s_tir, te
 
+from edge_sdk.compiler.ops import conv1x1_gemm_a53 as a53
 from edge_sdk.compiler.ops.common import ACC_SCOPE, NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner, vector_width
 
 
@@ -133,6 +134,17 @@ def _pack_rows(sch: s_tir.Schedule, cb, mo, simd: Simd) -> None:
     sch.vectorize(inner)
 
 
+def _row_panels(a, asrc, row, dims, simd: Simd, gate: bool):
+    """(AP or None, how the GEMM reads A). Rows swept inside the weight panels (NEON, K > 64): A once
+    into row-tile panels (mp/mr, K, mr), so the micro-kernel reads one forward stream instead of mr
+    rows K floats apart (A53 prefetcher); the A53 8x8 tile (conv1x1_gemm_a53) reads these panels."""
+    m, k, mr, order = dims
+    if simd.isa == "neon" and not gate and k * 4 > 256 and order != "rows_outer":
+        ap = te.compute((round_up(m, mr) // mr, k, mr), lambda io, kk, ii: a[row(io * mr + ii), kk], name="AP")
+        return ap, lambda i, kk: ap[i // mr, kk, i % mr]
+    return None, lambda i, kk: asrc[row(i), kk]
+
+
 def _gated(a, w, g, simd: Simd):
     """Squeeze-excite's per-input-channel gate folded into the GEMM: scale whichever operand is
     smaller, once per call, in a stage of its own ("G"): W'[p, k, q] = W[p, k, q] * g[k] when
@@ -171,13 +183,8 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     asrc, wsrc, which = _gated(a, w, g, simd) if epi.gate else (a, w, None)
     rk = te.reduce_axis((0, k), name="k")
     row = (lambda i: te.min(i, m - 1)) if mp != m else (lambda i: i)
-    if simd.isa == "neon" and not epi.gate and k * 4 > 256 and order != "rows_outer":
-        # rows swept inside the weight panels: A once into row-tile panels (mp/mr, K, mr), so the
-        # micro-kernel reads one forward stream instead of mr rows K floats apart (A53 prefetcher)
-        ap = te.compute((mp // mr, k, mr), lambda io, kk, ii: a[row(io * mr + ii), kk], name="AP")
-        aread = lambda i, kk: ap[i // mr, kk, i % mr]  # noqa: E731
-    else:
-        ap, aread = None, lambda i, kk: asrc[row(i), kk]  # noqa: E731
+    ap, aread = _row_panels(a, asrc, row, (m, k, mr, order), simd, epi.gate)
+    use_asm = ap is not None and a53.applies(simd, k, mr, nr, epi.gate)
     c = te.compute((mp, npad), lambda i, j: te.sum(aread(i, rk) * wsrc[j // nr, rk, j % nr], axis=rk),
                    name="C")
     out = te.compute((m, npad), lambda i, j: apply_epilogue(
@@ -194,11 +201,14 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     sch.set_scope(cb, 0, ACC_SCOPE)
     sch.unroll(mi)
     sch.vectorize(ni)
-    (ck,) = tile_inner(sch, cb, len(outer), [mr, nr], [k], vec=True)
+    (ck,) = a53.order_tile(sch, cb, len(outer)) if use_asm else tile_inner(sch, cb, len(outer), [mr, nr], [k],
+                                                                           vec=True)
     if simd.isa == "neon" and outer[0].same_as(mo) and k % simd.lanes == 0 and k * 4 > 256:
         _pack_rows(sch, cb, mo, simd)
     sch.parallel(outer[0])
-    sch.decompose_reduction(cb, ck)
+    init = sch.decompose_reduction(cb, ck)
+    if use_asm:
+        a53.tensorize_tile(sch, ck, k, outer[0], init)
     if which is not None:
         _schedule_gate(sch, which, k, simd)
     if ap is not None:
