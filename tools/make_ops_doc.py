@@ -3,7 +3,8 @@
     .venv/bin/python tools/make_ops_doc.py            # rewrites docs/OPS.md
     .venv/bin/python tools/make_ops_doc.py --check    # exit 1 if docs/OPS.md's op lists are not the code's
 
-Sources: int8 -- edge_sdk.models.tflite_int8.SUPPORTED (our own reader and kernels); ONNX QDQ --
+Sources: int8 -- edge_sdk.models.tflite_int8.SUPPORTED (our own reader and kernels) and the op registry
+edge_sdk.graph.ops (one entry per op: its readers, numpy reference and kernel); ONNX QDQ --
 edge_sdk.models.onnx_qdq_ops (MAP, BECOMES, REFUSED); float .tflite -- the
 Relax TFLite frontend's converter table; ONNX -- the Relax ONNX frontend's converters per opset 13..18
 and the numpy reference's Relax ops (an ONNX model's golden output comes from it); bitserial -- the zoo's
@@ -94,10 +95,31 @@ def _qdq() -> list[str]:
             "| ONNX op | int8 op |", "|---|---|", *rows, ""]
 
 
+def _short(name: str) -> str:
+    """ "edge_sdk.quant.int8_pointwise:hard_swish_table" -> "quant/int8_pointwise.hard_swish_table" """
+    module, _, attr = name.partition(":")
+    return f"{module.removeprefix('edge_sdk.').replace('.', '/')}.{attr}"
+
+
+def _registry(tested: set[str]) -> list[str]:
+    """The registered int8 ops (edge_sdk.graph.ops), one row each."""
+    from edge_sdk.graph import ops as registry
+
+    rows = []
+    for d in registry.OPS.values():
+        opts = ", ".join(key for key, _, _ in d.tflite.fields) if d.tflite else ""
+        rows.append(f"| {d.kind}{' *' if d.kind in tested else ''} | {d.family} | {opts} | {', '.join(d.onnx)} | "
+                    f"`{_short(d.reference)}` | `{_short(d.kernel)}` | {d.doc} |")
+    return ["The ops registered in `edge_sdk/graph/ops/` (one entry per op, in the module of its family, ties",
+            "the .tflite options read, the ONNX QDQ op types, the numpy reference and the kernel; a new op is one",
+            "entry there plus its numpy body):", "",
+            "| op | family | .tflite options | ONNX QDQ | numpy reference | kernel | |", "|---|---|---|---|---|---|---|",
+            *rows, ""]
+
+
 def render() -> str:
     from edge_sdk.models.lce import LCE_OPS
     from edge_sdk.models.tflite_int8 import SUPPORTED
-    from edge_sdk.models.tflite_int8_ops import MORE
 
     tested = _tested()
     onnx = _onnx()
@@ -107,8 +129,8 @@ def render() -> str:
              "committed test model (tests/data), so it is compiled and compared with LiteRT / ONNX Runtime there.", "",
              "## int8 (full-integer .tflite, int8 or float input): our reader and integer kernels",
              "", "Bit-exact with LiteRT's reference kernels (BUILTIN_REF). Any other op is an error naming the op,",
-             "its index and the file (exit code 4). Ops added for issue 14 (MobileNetV3, EfficientNet, DenseNet,",
-             f"ShuffleNetV2 ...): {', '.join(MORE)}.", "", hdr, *_cols(sorted(SUPPORTED), tested["tflite"]), "",
+             "its index and the file (exit code 4).", "", hdr, *_cols(sorted(SUPPORTED), tested["tflite"]), "",
+             *_registry(tested["tflite"]),
              *_qdq(),
              "## float32 from .tflite: the Relax TFLite frontend, then our kernels", "",
              "Golden output from LiteRT. Ops the frontend converts:", "", hdr,

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from edge_sdk.errors import ModelError
-from edge_sdk.models import tflite_int8_ops as more
 from edge_sdk.graph.int8 import Int8Graph
+from edge_sdk.models import tflite_int8_ops as registered
 from edge_sdk.models.onnx_qdq_build import Builder, qparams
 from edge_sdk.models.onnx_qdq_ops import MAP, finish_output, quantize_input
 from edge_sdk.quant import int8 as q8
@@ -134,7 +134,7 @@ def _check(g: Int8Graph) -> None:
     for op in g.ops:
         where = f"{g.path}: op {op.index} ({op.kind}, of '{g.tensors[op.outputs[0]].name}')"
         if op.kind not in ("QUANTIZE", "DEQUANTIZE"):
-            more.validate(g, op, where)
+            registered.validate(g, op, where)
         if op.kind in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"):
             w = g.tensors[op.inputs[1]]
             if np.any(np.asarray(w.q.zero_point) != 0):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from edge_sdk.graph import ops as registry
 from edge_sdk.models.onnx_qdq_build import TO_NHWC, Builder, Value, qparams
 from edge_sdk.quant import int8 as q8
 
@@ -160,7 +161,7 @@ def _operand(b: Builder, node, i: int, nhwc: bool) -> int:
 
 
 def binary(b: Builder, node, a: dict) -> None:
-    kind = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL"}[node.op_type]
+    kind = registry.onnx_kinds("binary")[node.op_type]
     nhwc = len(b.shapes.get(node.output[0], ())) == 4
     ins = [_operand(b, node, i, nhwc) for i in (0, 1)]
     b.op(kind, ins, [_out(b, node, nhwc=nhwc).index], act=0)
@@ -178,7 +179,7 @@ def unary(b: Builder, node, a: dict) -> None:
             b.tensors[c].data = np.asarray(-127, np.int8)
         b.op("ADD", [scaled, c], [_out(b, node, nhwc=x.nhwc).index], act=0)
         return
-    kind = {"Sigmoid": "LOGISTIC", "HardSwish": "HARD_SWISH", "Tanh": "TANH"}[node.op_type]
+    kind = registry.onnx_kinds("unary")[node.op_type]
     b.op(kind, [x.index], [_out(b, node, nhwc=x.nhwc).index])
 
 
@@ -337,16 +338,18 @@ def finish_output(b: Builder, name: str) -> int:
     return out
 
 
-MAP = {"Conv": conv, "Gemm": gemm, "MatMul": gemm, "Add": binary, "Sub": binary, "Mul": binary,
-       "Sigmoid": unary, "HardSigmoid": unary, "HardSwish": unary, "Tanh": unary,
+# the registered ops (graph/ops: each entry's `onnx` op types) go through their family's converter
+CONVERTERS = {"binary": binary, "unary": unary}
+MAP = {**{t: CONVERTERS[registry.of(k).family] for t, k in registry.onnx_kinds().items()},
+       "Conv": conv, "Gemm": gemm, "MatMul": gemm, "HardSigmoid": unary,
        "GlobalAveragePool": global_pool, "ReduceMean": global_pool, "MaxPool": pool, "AveragePool": pool,
        "Concat": concat, "Split": split, "Slice": slice_, "Reshape": layout_op, "Flatten": layout_op,
        "Squeeze": layout_op, "Unsqueeze": layout_op, "Transpose": layout_op, "Identity": layout_op,
        "Dropout": layout_op, "BatchNormalization": batch_norm}
 # what docs/OPS.md says of the QDQ path (tools/make_ops_doc.py): each op's int8 op, and what is refused
-BECOMES = {"Conv": "CONV_2D, DEPTHWISE_CONV_2D (group = channels)", "Gemm": "FULLY_CONNECTED", "MatMul": "FULLY_CONNECTED",
-           "Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Sigmoid": "LOGISTIC", "HardSigmoid": "ADD (input re-labelled)",
-           "HardSwish": "HARD_SWISH", "Tanh": "TANH", "GlobalAveragePool": "MEAN", "ReduceMean": "MEAN (H, W)",
+BECOMES = {**registry.onnx_kinds(), "Conv": "CONV_2D, DEPTHWISE_CONV_2D (group = channels)",
+           "Gemm": "FULLY_CONNECTED", "MatMul": "FULLY_CONNECTED", "HardSigmoid": "ADD (input re-labelled)",
+           "GlobalAveragePool": "MEAN", "ReduceMean": "MEAN (H, W)",
            "MaxPool": "MAX_POOL_2D (PADV2 -128 for pads, ceil_mode)", "AveragePool": "AVERAGE_POOL_2D",
            "Concat": "CONCATENATION", "Split": "SPLIT_V", "Slice": "STRIDED_SLICE", "Reshape": "RESHAPE",
            "Flatten": "RESHAPE", "Squeeze": "RESHAPE", "Unsqueeze": "RESHAPE", "Transpose": "TRANSPOSE",

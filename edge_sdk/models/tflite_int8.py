@@ -16,13 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from edge_sdk.errors import MissingDependency, ModelError
-from edge_sdk.models import tflite_int8_ops as more
+from edge_sdk.graph import ops as registry
 from edge_sdk.graph.int8 import ACT_NAMES as ACT_NAMES, Int8Graph, Op, Tensor  # shared with onnx_qdq, quant/
+from edge_sdk.models import tflite_int8_ops as registered
 from edge_sdk.quant import int8 as q8
 
 SUPPORTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "AVERAGE_POOL_2D", "MAX_POOL_2D",
              "MEAN", "RESHAPE", "SQUEEZE", "PAD", "PADV2", "CONCATENATION", "SOFTMAX", "LOGISTIC",
-             "QUANTIZE", "DEQUANTIZE") + more.MORE
+             "QUANTIZE", "DEQUANTIZE") + registered.MORE  # + the registered ops (graph/ops)
 _DTYPES = {0: "float32", 2: "int32", 3: "uint8", 4: "int64", 7: "int16", 9: "int8"}
 _PAD = {0: "SAME", 1: "VALID"}
 
@@ -37,12 +38,12 @@ def _options(op, kind: str) -> dict:
     import tflite
 
     table = {"CONV_2D": tflite.Conv2DOptions, "DEPTHWISE_CONV_2D": tflite.DepthwiseConv2DOptions,
-             "FULLY_CONNECTED": tflite.FullyConnectedOptions, "ADD": tflite.AddOptions,
+             "FULLY_CONNECTED": tflite.FullyConnectedOptions,
              "AVERAGE_POOL_2D": tflite.Pool2DOptions, "MAX_POOL_2D": tflite.Pool2DOptions,
              "MEAN": tflite.ReducerOptions, "SOFTMAX": tflite.SoftmaxOptions,
              "CONCATENATION": tflite.ConcatenationOptions}
-    if kind in more.MORE:
-        return more.options(op, kind)
+    if registry.of(kind) is not None:  # ADD, MUL, LEAKY_RELU ...: read as their entry says
+        return registered.options(op, kind)
     cls = table.get(kind)
     if cls is None or op.BuiltinOptions() is None:
         return {}
@@ -57,11 +58,8 @@ def _options(op, kind: str) -> dict:
     if kind in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
         return {"padding": _PAD[o.Padding()], "stride": (o.StrideH(), o.StrideW()),
                 "filter": (o.FilterHeight(), o.FilterWidth()), "act": o.FusedActivationFunction()}
-    if kind in ("FULLY_CONNECTED", "ADD"):
-        d = {"act": o.FusedActivationFunction()}
-        if kind == "FULLY_CONNECTED":
-            d["keep_num_dims"] = bool(o.KeepNumDims())
-        return d
+    if kind == "FULLY_CONNECTED":
+        return {"act": o.FusedActivationFunction(), "keep_num_dims": bool(o.KeepNumDims())}
     if kind == "MEAN":
         return {"keep_dims": bool(o.KeepDims())}
     if kind == "SOFTMAX":
@@ -167,12 +165,12 @@ def _validate(g: Int8Graph) -> None:
                 raise ModelError(f"{where(op)}: tensor '{t.name}' is int16 (16x8 quantization); not supported")
         if op.kind in ("QUANTIZE", "DEQUANTIZE"):
             continue
-        for i in more.data_inputs(op) + op.outputs:
+        for i in registered.data_inputs(op) + op.outputs:
             t = g.tensors[i]
             if t.dtype != "int8" or t.q is None:
                 raise ModelError(f"{where(op)}: tensor '{t.name}' is {t.dtype} without int8 quantization; "
                                  "the int8 variant needs a full-integer model")
-        more.validate(g, op, where(op))
+        registered.validate(g, op, where(op))
         if op.kind in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"):
             w = g.tensors[op.inputs[1]]
             if w.data is None or w.dtype != "int8":

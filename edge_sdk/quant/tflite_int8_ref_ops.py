@@ -1,17 +1,16 @@
-"""The numpy reference run of the int8 ops beyond conv/pool (MORE_KINDS), called by
-quant/tflite_int8_ref.eval_op; and the per-op parameters the compiler (compiler/int8/binary_unary_resize_move.py) reads too.
+"""The numpy reference run of the registered int8 ops (graph/ops: binary, unary tables, movement, resize),
+called by quant/tflite_int8_ref.eval_op; each entry names its reference here or in int8_pointwise /
+int8_nonlinear. And the per-op parameters the compiler (compiler/int8/binary_unary_resize_move.py) reads too.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from edge_sdk.graph import ops as registry
 from edge_sdk.graph.int8 import ACT_NAMES, Int8Graph, Op
 from edge_sdk.quant import int8 as q8, int8_layout as ql, int8_pointwise as qp
 
-# the kinds eval_more computes (models/tflite_int8_ops.MORE, and ADD / LOGISTIC)
-MORE_KINDS = ("ADD", "SUB", "MUL", "PRELU", "MAXIMUM", "MINIMUM", "HARD_SWISH", "LEAKY_RELU", "TANH", "LOGISTIC",
-              "SPLIT", "SPLIT_V", "STRIDED_SLICE", "TRANSPOSE", "GATHER", "PACK", "RESIZE_NEAREST_NEIGHBOR",
-              "RESIZE_BILINEAR")
+MORE_KINDS = registry.kinds()  # the kinds eval_more computes: every registered op
 
 
 def operand(g: Int8Graph, env: dict, i: int) -> np.ndarray:
@@ -43,19 +42,13 @@ def prelu_params(g: Int8Graph, op: Op) -> qp.PreluParams:
 
 
 def unary_table(g: Int8Graph, op: Op) -> np.ndarray | None:
-    """The 256-entry output table of a unary int8 op (HARD_SWISH, LEAKY_RELU, TANH, LOGISTIC), else None."""
-    from edge_sdk.quant.int8_nonlinear import logistic_table
-
-    if op.kind not in ("HARD_SWISH", "LEAKY_RELU", "TANH", "LOGISTIC"):
+    """The 256-entry output table of a registered unary int8 op (HARD_SWISH, LEAKY_RELU, TANH, LOGISTIC ...:
+    its entry's reference on every int8 value), else None."""
+    d = registry.of(op.kind)
+    if d is None or d.family != "unary":
         return None
-    io = (*_q(g, op.inputs[0]), *_q(g, op.outputs[0]))
-    if op.kind == "HARD_SWISH":
-        return qp.hard_swish_table(*io)
-    if op.kind == "LEAKY_RELU":
-        return qp.leaky_relu_table(op.opts.get("alpha", 0.2), *io)
-    if op.kind == "TANH":
-        return qp.tanh_table(*io)
-    return logistic_table(*io)
+    opts = [op.opts.get(key, default) for key, default in d.reference_opts]
+    return registry.resolve(d.reference)(*opts, *_q(g, op.inputs[0]), *_q(g, op.outputs[0]))
 
 
 def slice_spec(g: Int8Graph, op: Op):
@@ -78,45 +71,75 @@ def split_spec(g: Int8Graph, op: Op) -> tuple[int, list[int]]:
                                 size_splits=g.tensors[op.inputs[1]].data)
 
 
+# ---- the registered ops' references (graph/ops entries name them) ---------------------------------------
+
+def add(g: Int8Graph, op: Op, a, b):
+    return q8.add(a, b, add_params(g, op), op_act(g, op))
+
+
+def sub(g: Int8Graph, op: Op, a, b):
+    return qp.sub(a, b, add_params(g, op), op_act(g, op))
+
+
+def mul(g: Int8Graph, op: Op, a, b):
+    return qp.mul(a, b, mul_params(g, op), op_act(g, op))
+
+
+def prelu(g: Int8Graph, op: Op, a, b):
+    return qp.prelu(a, b, prelu_params(g, op))
+
+
+def maximum(g: Int8Graph, op: Op, a, b):
+    return qp.maximum(a, b)
+
+
+def minimum(g: Int8Graph, op: Op, a, b):
+    return qp.minimum(a, b)
+
+
+def split(g: Int8Graph, op: Op, env: dict):
+    axis, sizes = split_spec(g, op)
+    x = env[op.inputs[1] if op.kind == "SPLIT" else op.inputs[0]]
+    return np.split(x, np.cumsum(sizes)[:-1], axis=axis)
+
+
+def strided_slice(g: Int8Graph, op: Op, env: dict):
+    return ql.strided_slice(env[op.inputs[0]], *slice_spec(g, op)).reshape(g.tensors[op.outputs[0]].shape)
+
+
+def transpose(g: Int8Graph, op: Op, env: dict):
+    return np.transpose(env[op.inputs[0]], [int(v) for v in g.tensors[op.inputs[1]].data])
+
+
+def gather(g: Int8Graph, op: Op, env: dict):
+    x, idx = env[op.inputs[0]], np.asarray(g.tensors[op.inputs[1]].data, np.int64)
+    return np.take(x, idx, axis=op.opts["axis"] % x.ndim)
+
+
+def pack(g: Int8Graph, op: Op, env: dict):
+    x = env[op.inputs[0]]
+    return np.stack([operand(g, env, i) for i in op.inputs], axis=op.opts["axis"] % (x.ndim + 1))
+
+
+def resize(g: Int8Graph, op: Op, env: dict):
+    o = op.opts
+    fn = ql.resize_nearest if op.kind == "RESIZE_NEAREST_NEIGHBOR" else ql.resize_bilinear
+    return fn(env[op.inputs[0]], ql.out_hw_of(g.tensors[op.inputs[1]].data), align_corners=o["align_corners"],
+              half_pixel_centers=o["half_pixel_centers"])
+
+
 def binary(g: Int8Graph, op: Op, a, b):
-    """ADD/SUB/MUL/PRELU/MAXIMUM/MINIMUM of two int8 arrays (numpy broadcasting), as the op's kernel."""
-    k = op.kind
-    if k == "ADD":
-        return q8.add(a, b, add_params(g, op), op_act(g, op))
-    if k == "SUB":
-        return qp.sub(a, b, add_params(g, op), op_act(g, op))
-    if k == "MUL":
-        return qp.mul(a, b, mul_params(g, op), op_act(g, op))
-    if k == "PRELU":
-        return qp.prelu(a, b, prelu_params(g, op))
-    return qp.maximum(a, b) if k == "MAXIMUM" else qp.minimum(a, b)
+    """A registered binary op (ADD/SUB/MUL/PRELU/MAXIMUM/MINIMUM ...) of two int8 arrays (numpy broadcasting)."""
+    return registry.resolve(registry.of(op.kind).reference)(g, op, a, b)
 
 
 def eval_more(g: Int8Graph, op: Op, env: dict):
-    """One op of MORE (or ADD with a constant or broadcast operand); SPLIT/SPLIT_V return a list."""
-    k, o = op.kind, op.opts
-    t_out = g.tensors[op.outputs[0]]
-    if k in ("ADD", "SUB", "MUL", "PRELU", "MAXIMUM", "MINIMUM"):
+    """One registered op (graph/ops) by its entry's reference; SPLIT/SPLIT_V return a list; None if not one."""
+    d = registry.of(op.kind)
+    if d is None:
+        return None
+    if d.family == "binary":
         return binary(g, op, operand(g, env, op.inputs[0]), operand(g, env, op.inputs[1]))
-    table = unary_table(g, op)
-    if table is not None:
-        return qp.lookup(env[op.inputs[0]], table)
-    if k in ("SPLIT", "SPLIT_V"):
-        axis, sizes = split_spec(g, op)
-        x = env[op.inputs[1] if k == "SPLIT" else op.inputs[0]]
-        return np.split(x, np.cumsum(sizes)[:-1], axis=axis)
-    x = env[op.inputs[0]]
-    if k == "STRIDED_SLICE":
-        return ql.strided_slice(x, *slice_spec(g, op)).reshape(t_out.shape)
-    if k == "TRANSPOSE":
-        return np.transpose(x, [int(v) for v in g.tensors[op.inputs[1]].data])
-    if k == "GATHER":
-        idx = np.asarray(g.tensors[op.inputs[1]].data, np.int64)
-        return np.take(x, idx, axis=o["axis"] % x.ndim)
-    if k == "PACK":
-        return np.stack([operand(g, env, i) for i in op.inputs], axis=o["axis"] % (x.ndim + 1))
-    if k in ("RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR"):
-        fn = ql.resize_nearest if k == "RESIZE_NEAREST_NEIGHBOR" else ql.resize_bilinear
-        return fn(x, ql.out_hw_of(g.tensors[op.inputs[1]].data), align_corners=o["align_corners"],
-                  half_pixel_centers=o["half_pixel_centers"])
-    return None
+    if d.family == "unary":
+        return qp.lookup(env[op.inputs[0]], unary_table(g, op))
+    return registry.resolve(d.reference)(g, op, env)

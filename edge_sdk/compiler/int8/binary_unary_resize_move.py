@@ -21,13 +21,12 @@ from tvm import relax, te, tirx
 from edge_sdk.compiler.int8 import fixedpoint as fp
 from edge_sdk.compiler.int8.glue import _done, logistic as table_kernel
 from edge_sdk.compiler.int8.kernels import Kernel
+from edge_sdk.graph import ops as registry
 from edge_sdk.models.tflite_int8 import Int8Graph, Op
 from edge_sdk.quant import int8_layout as ql, int8_pointwise as qp
 from edge_sdk.quant import tflite_int8_ref_ops as ref
 
-BINARY = ("ADD", "SUB", "MUL", "PRELU", "MAXIMUM", "MINIMUM")
 FAST_REQUANT = True  # the 32-bit requantize where it is exact (no left shift); False: always int64
-UNARY = ("HARD_SWISH", "LEAKY_RELU", "TANH", "LOGISTIC")
 
 
 def _bcast(t, shape, out_rank: int):
@@ -211,7 +210,8 @@ def _take_slices(bb, x, shape, sl):
     return x
 
 
-def _movement(bb, g: Int8Graph, op: Op, env: dict):
+def emit_movement(bb, g: Int8Graph, op: Op, env: dict, *, name: str):
+    """SPLIT/SPLIT_V/STRIDED_SLICE/TRANSPOSE/GATHER/PACK: Relax ops on the raw int8 values."""
     k, t_out = op.kind, g.tensors[op.outputs[0]]
     if k in ("SPLIT", "SPLIT_V"):
         axis, sizes = ref.split_spec(g, op)
@@ -235,25 +235,33 @@ def _movement(bb, g: Int8Graph, op: Op, env: dict):
     return None
 
 
+def emit_binary(bb, g: Int8Graph, op: Op, env: dict, *, name: str):
+    """A broadcasting binary op (for ADD: only with a constant or broadcast operand, or the 32-bit fast path)."""
+    ins = [g.tensors[i] for i in op.inputs[:2]]
+    if op.kind == "ADD" and ins[0].shape == ins[1].shape and all(t.data is None for t in ins) and not (
+            FAST_REQUANT and not np.any(_consts(g, op)[0][1::3])):
+        return None  # glue.add (int64) when a shift is a left shift
+    sw = swish_table(g, op) if op.kind == "MUL" else None
+    if sw is not None:  # the LOGISTIC it reads is then dead code (DeadCodeElimination drops it)
+        return [_call(bb, table_kernel(g.tensors[sw[1]].shape, sw[0], name=name), [env[sw[1]]], name)]
+    tab = _const_table(g, op)
+    if tab is not None:
+        kern = const_binary(g, op, tab[0], tab[1], name=name)
+        return [_call(bb, kern, [env[op.inputs[tab[0]]]], name)]
+    return [_call(bb, binary(g, op, name=name), [_arg(g, env, i) for i in op.inputs[:2]], name)]
+
+
+def emit_unary(bb, g: Int8Graph, op: Op, env: dict, *, name: str):
+    """A unary op as the table lookup of its numpy reference's 256 outputs."""
+    k_ = table_kernel(g.tensors[op.inputs[0]].shape, ref.unary_table(g, op), name=name)
+    return [_call(bb, k_, [env[op.inputs[0]]], name)]
+
+
+def emit_resize(bb, g: Int8Graph, op: Op, env: dict, *, name: str):
+    return [_call(bb, resize(g, op, name=name), [env[op.inputs[0]]], name)]
+
+
 def emit(bb, g: Int8Graph, op: Op, env: dict, *, name: str):
-    """Emit one op if it is ours (for ADD: only with a constant or broadcast operand); else None."""
-    k = op.kind
-    if k in BINARY:
-        ins = [g.tensors[i] for i in op.inputs[:2]]
-        if k == "ADD" and ins[0].shape == ins[1].shape and all(t.data is None for t in ins) and not (
-                FAST_REQUANT and not np.any(_consts(g, op)[0][1::3])):
-            return None  # glue.add (int64) when a shift is a left shift
-        sw = swish_table(g, op) if k == "MUL" else None
-        if sw is not None:  # the LOGISTIC it reads is then dead code (DeadCodeElimination drops it)
-            return [_call(bb, table_kernel(g.tensors[sw[1]].shape, sw[0], name=name), [env[sw[1]]], name)]
-        tab = _const_table(g, op)
-        if tab is not None:
-            kern = const_binary(g, op, tab[0], tab[1], name=name)
-            return [_call(bb, kern, [env[op.inputs[tab[0]]]], name)]
-        return [_call(bb, binary(g, op, name=name), [_arg(g, env, i) for i in op.inputs[:2]], name)]
-    if k in UNARY:
-        k_ = table_kernel(g.tensors[op.inputs[0]].shape, ref.unary_table(g, op), name=name)
-        return [_call(bb, k_, [env[op.inputs[0]]], name)]
-    if k in ("RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR"):
-        return [_call(bb, resize(g, op, name=name), [env[op.inputs[0]]], name)]
-    return _movement(bb, g, op, env)
+    """Emit one registered op (graph/ops) with its entry's kernel; None if it is not one (or ADD falls back)."""
+    d = registry.of(op.kind)
+    return None if d is None else registry.resolve(d.kernel)(bb, g, op, env, name=name)

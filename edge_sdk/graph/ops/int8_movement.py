@@ -1,0 +1,31 @@
+"""int8 ops that move values without computing them (one quantization for inputs and outputs, so they run
+on the raw int8 values). Reference: f(g, op, env) in quant/tflite_int8_ref_ops.py; kernel: Relax
+take / permute_dims / strided_slice / concat, legalized by TVM."""
+from __future__ import annotations
+
+from edge_sdk.graph.ops import OpDef, TfliteOptions, register
+
+_REF = "edge_sdk.quant.tflite_int8_ref_ops:"
+_KERNEL = "edge_sdk.compiler.int8.binary_unary_resize_move:emit_movement"
+_SPLITS = (("num_splits", "NumSplits", int),)
+_SLICE = (("begin_mask", "BeginMask", int), ("end_mask", "EndMask", int), ("ellipsis_mask", "EllipsisMask", int),
+          ("new_axis_mask", "NewAxisMask", int), ("shrink_axis_mask", "ShrinkAxisMask", int), ("offset", "Offset", bool))
+_SLICE_REFUSED = "STRIDED_SLICE with ellipsis/new-axis masks or offset is not supported"
+
+register(OpDef("SPLIT", "movement", _REF + "split", _KERNEL, tflite=TfliteOptions("SplitOptions", _SPLITS),
+               data_inputs="second", same_quant=True, doc="inputs (axis, x): equal parts"))
+register(OpDef("SPLIT_V", "movement", _REF + "split", _KERNEL, tflite=TfliteOptions("SplitVOptions", _SPLITS),
+               same_quant=True, const_operands=True, doc="inputs (x, sizes, axis)"))
+register(OpDef("STRIDED_SLICE", "movement", _REF + "strided_slice", _KERNEL, tflite=TfliteOptions("StridedSliceOptions",
+               _SLICE), same_quant=True, const_operands=True,
+               refuse=tuple((k, _SLICE_REFUSED) for k in ("ellipsis_mask", "new_axis_mask", "offset")),
+               doc="any sign of stride, begin/end/shrink-axis masks"))
+register(OpDef("TRANSPOSE", "movement", _REF + "transpose", _KERNEL, same_quant=True, const_operands=True,
+               doc="any rank (ShuffleNetV2's 5-D channel shuffle)"))
+register(OpDef("GATHER", "movement", _REF + "gather", _KERNEL, tflite=TfliteOptions("GatherOptions", (
+               ("axis", "Axis", int), ("batch_dims", "BatchDims", int))), same_quant=True, const_operands=True,
+               refuse=(("batch_dims", "GATHER with batch_dims {value} is not supported"),),
+               doc="constant indices"))
+register(OpDef("PACK", "movement", _REF + "pack", _KERNEL, tflite=TfliteOptions("PackOptions", (
+               ("axis", "Axis", int), ("values_count", "ValuesCount", int))), data_inputs="all", same_quant=True,
+               doc="stack along a new axis"))

@@ -1,0 +1,72 @@
+"""The int8 op registry (edge_sdk/graph/ops): every entry's names resolve to real code in the right layer,
+the readers, the numpy reference and the kernels take their op lists from it (a new entry reaches all of
+them), and docs/OPS.md is what tools/make_ops_doc.py writes from it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_sdk.graph import ops as registry
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("kind", list(registry.OPS))
+def test_entry_names_resolve_in_their_layer(kind):
+    d = registry.OPS[kind]
+    assert d.reference.startswith("edge_sdk.quant.") and callable(registry.resolve(d.reference))
+    assert d.kernel.startswith("edge_sdk.compiler.") and callable(registry.resolve(d.kernel))
+    if d.tflite is not None:
+        import tflite
+
+        cls = getattr(tflite, d.tflite.table)
+        assert all(callable(getattr(cls, getter)) for _, getter, _ in d.tflite.fields)
+
+
+def test_readers_take_their_op_lists_from_the_registry():
+    from edge_sdk.models import onnx_qdq_ops, tflite_int8
+
+    assert set(registry.OPS) <= set(tflite_int8.SUPPORTED)
+    for op_type, kind in registry.onnx_kinds().items():
+        assert onnx_qdq_ops.BECOMES[op_type] == kind
+        assert onnx_qdq_ops.MAP[op_type] is onnx_qdq_ops.CONVERTERS[registry.OPS[kind].family]
+
+
+def _unary_graph(kind: str):
+    from edge_sdk.graph.int8 import Int8Graph, Op, QParams, Tensor
+
+    q = [QParams(np.asarray(s, np.float32), np.asarray(z, np.int64)) for s, z in ((0.05, 3), (1 / 128, 0))]
+    tensors = {0: Tensor(0, "x", (1, 4, 4, 8), "int8", q[0]), 1: Tensor(1, "y", (1, 4, 4, 8), "int8", q[1])}
+    return Int8Graph(Path("t.tflite"), tensors, [Op(0, kind, [0], [1])], [0], [1])
+
+
+def test_one_registration_reaches_the_reference_and_the_kernel_emitter(monkeypatch):
+    """A new unary op registered under its own name (here TANH's table again, as 'TANH_COPY') is computed
+    by the numpy reference and emitted by the int8 backend without touching either."""
+    from edge_sdk.quant import tflite_int8_ref_ops as ref
+
+    monkeypatch.setitem(registry.OPS, "TANH_COPY", replace(registry.OPS["TANH"], kind="TANH_COPY", onnx=()))
+    x = np.random.default_rng(0).integers(-128, 128, (1, 4, 4, 8)).astype(np.int8)
+    got = ref.eval_more(_unary_graph("TANH_COPY"), _unary_graph("TANH_COPY").ops[0], {0: x})
+    want = ref.eval_more(_unary_graph("TANH"), _unary_graph("TANH").ops[0], {0: x})
+    assert got.dtype == np.int8 and np.array_equal(got, want) and len(np.unique(got)) > 8
+    assert registry.resolve(registry.of("TANH_COPY").kernel).__name__ == "emit_unary"
+
+
+def test_a_bad_entry_is_refused():
+    with pytest.raises(ValueError, match="family"):
+        registry.OpDef("X", "ternary", "m:f", "m:g")
+    with pytest.raises(ValueError, match="twice"):
+        registry.register(registry.OPS["TANH"])
+
+
+def test_ops_doc_is_generated_from_the_code():
+    """docs/OPS.md is what tools/make_ops_doc.py writes from the registry, readers, frontends and reference."""
+    res = subprocess.run([sys.executable, str(ROOT / "tools" / "make_ops_doc.py"), "--check"], capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
