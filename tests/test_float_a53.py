@@ -48,9 +48,11 @@ def test_packed_rows_gemm_on_pi3_under_qemu(m, k, n, residual):
 
 # The A53 8x8 tile in assembly (conv1x1_gemm_a53): K = 66 (the loop once per two steps, then the
 # two-step tail), K = 130 with a row tail (37 rows -> 40) and a residual, K = 512 over several weight
-# panels (MobileNetV1's 14x14 pointwise shape, fewer rows); K = 129 (odd) keeps LLVM's tile.
+# panels (MobileNetV1's 14x14 pointwise shape, fewer rows); rows outer (weights in L1, the row panel
+# packed per tile), 49 rows padded to 56; K = 129 (odd) and K = 32 (< MIN_K) keep LLVM's tile.
 A53_CASES = [(16, 66, 64, False, True), (37, 130, 96, True, True), (24, 512, 512, False, True),
-             (40, 129, 64, False, False)]
+             (40, 129, 64, False, False), (200, 64, 32, True, True), (49, 96, 40, False, True),
+             (64, 32, 64, False, False)]
 
 
 def _calls(func, name: str) -> bool:

@@ -87,9 +87,17 @@ def llvm_ir() -> str:
             "(ptr %c, i64 %s, ptr %a, ptr %w, i64 %kk)\n  ret i32 0\n}\n")
 
 
-def applies(simd, k: int, mr: int, nr: int, gate: bool) -> bool:
-    """Whether a GEMM can take this tile: NEON, an 8x8 tile, an even K, no gate stage."""
-    return simd.isa == "neon" and mr == MR and nr == NR and k >= 2 and k % 2 == 0 and not gate
+# Smallest K the tile is the rule for. Its fixed cost a tile (the row panel's scalar copy, 2 cycles a
+# float, and the accumulators' round trip through the tile buffer, ~130) is paid once per 20 x K cycles;
+# modelled pi3, 1 thread: 3136x64 -> 128 16.77 -> 13.63 M cycles, 12544x32 -> 64 16.23 -> 16.61 M (lost).
+MIN_K = 64
+
+
+def applies(simd, m: int, k: int, mr: int, nr: int, gate: bool) -> bool:
+    """Whether a GEMM takes this tile: NEON, an 8x8 tile, an even K >= MIN_K, no gate stage, and rows
+    padded to 8 by at most a quarter (49 -> 56 rows yes, 9 -> 16 no)."""
+    return (simd.isa == "neon" and mr == MR and nr == NR and k >= MIN_K and k % 2 == 0 and not gate
+            and -(-m // MR) * MR * 4 <= 5 * m)
 
 
 def intrin(k: int) -> str:

@@ -107,11 +107,25 @@ def _tile_order(sch: s_tir.Schedule, mo, no, dims, simd: Simd, order: str) -> li
     """The loops over register tiles, outermost first, for a GEMM_ORDERS name."""
     if order == "rows_outer":
         return [mo, no]
-    nb = _L1_BUDGET.get(simd.isa, 24 << 10) // (dims[1] * dims[3] * 4)
+    nb = _panel_block(dims, simd)
     if order == "panels_outer" or nb < 2:
         return [no, mo]
     nbo, nbi = sch.split(no, [None, nb])
     return [nbo, mo, nbi]
+
+
+def _panel_block(dims, simd: Simd) -> int:
+    """Weight panels per block of the "panel_blocks" order (as many as fit the L1 budget)."""
+    return _L1_BUDGET.get(simd.isa, 24 << 10) // (dims[1] * dims[3] * 4)
+
+
+def _asm_tile(simd: Simd, dims, gate: bool, order: str) -> bool:
+    """Whether the A53 assembly tile runs: conv1x1_gemm_a53.applies, and panel blocks that divide the
+    panels (a tail block's predicate does not match the intrinsic)."""
+    m, k, npad, nr = dims
+    nb = _panel_block(dims, simd)
+    return a53.applies(simd, m, k, a53.MR, nr, gate) and not (order == "panel_blocks" and nb >= 2
+                                                                and (npad // nr) % nb)
 
 
 def _rows_outer(dims, simd: Simd) -> bool:
@@ -134,15 +148,31 @@ def _pack_rows(sch: s_tir.Schedule, cb, mo, simd: Simd) -> None:
     sch.vectorize(inner)
 
 
-def _row_panels(a, asrc, row, dims, simd: Simd, gate: bool):
+def _row_panels(a, asrc, row, dims, simd: Simd, gate: bool, asm: bool):
     """(AP or None, how the GEMM reads A). Rows swept inside the weight panels (NEON, K > 64): A once
     into row-tile panels (mp/mr, K, mr), so the micro-kernel reads one forward stream instead of mr
-    rows K floats apart (A53 prefetcher); the A53 8x8 tile (conv1x1_gemm_a53) reads these panels."""
+    rows K floats apart (A53 prefetcher). The A53 assembly tile (`asm`, conv1x1_gemm_a53) reads these
+    panels, so with it every GEMM packs (_schedule_panels: per row tile in L1 where the rows stay or K
+    is small)."""
     m, k, mr, order = dims
-    if simd.isa == "neon" and not gate and k * 4 > 256 and order != "rows_outer":
+    if asm or (simd.isa == "neon" and not gate and k * 4 > 256 and order != "rows_outer"):
         ap = te.compute((round_up(m, mr) // mr, k, mr), lambda io, kk, ii: a[row(io * mr + ii), kk], name="AP")
         return ap, lambda i, kk: ap[i // mr, kk, i % mr]
     return None, lambda i, kk: asrc[row(i), kk]
+
+
+def _schedule_panels(sch: s_tir.Schedule, mo, local: bool) -> None:
+    """AP's loops: each row read forward once; `local`: one row tile at a time under the row-tile loop
+    (the panel stays in L1; no pass of A through DRAM), else the whole of A first, in parallel."""
+    block = sch.get_sblock("AP")
+    if local:
+        sch.compute_at(block, mo)
+        kk, ii = sch.get_loops(block)[-2:]
+        sch.reorder(ii, kk)
+        return
+    io, kk, ii = sch.get_loops(block)
+    sch.reorder(io, ii, kk)
+    sch.parallel(io)
 
 
 def _gated(a, w, g, simd: Simd):
@@ -173,7 +203,8 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     act, residual = epi.act, epi.residual
     nr = nr or choose_nr(simd, m, npad)
     order = gemm_order((m, k, npad, nr), simd) if schedule == "default" else schedule
-    mr = pick_tile(m, simd.mr_max)
+    asm = _asm_tile(simd, (m, k, npad, nr), epi.gate, order)
+    mr = a53.MR if asm else pick_tile(m, simd.mr_max)
     mp = round_up(m, mr)  # the tail tile reads row m-1 again and stores nothing past row m
     a = te.placeholder((m, k), "float32", name="A")
     w = te.placeholder((npad // nr, k, nr), "float32", name="W")
@@ -183,8 +214,7 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     asrc, wsrc, which = _gated(a, w, g, simd) if epi.gate else (a, w, None)
     rk = te.reduce_axis((0, k), name="k")
     row = (lambda i: te.min(i, m - 1)) if mp != m else (lambda i: i)
-    ap, aread = _row_panels(a, asrc, row, (m, k, mr, order), simd, epi.gate)
-    use_asm = ap is not None and a53.applies(simd, k, mr, nr, epi.gate)
+    ap, aread = _row_panels(a, asrc, row, (m, k, mr, order), simd, epi.gate, asm)
     c = te.compute((mp, npad), lambda i, j: te.sum(aread(i, rk) * wsrc[j // nr, rk, j % nr], axis=rk),
                    name="C")
     out = te.compute((m, npad), lambda i, j: apply_epilogue(
@@ -201,20 +231,18 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     sch.set_scope(cb, 0, ACC_SCOPE)
     sch.unroll(mi)
     sch.vectorize(ni)
-    (ck,) = a53.order_tile(sch, cb, len(outer)) if use_asm else tile_inner(sch, cb, len(outer), [mr, nr], [k],
+    (ck,) = a53.order_tile(sch, cb, len(outer)) if asm else tile_inner(sch, cb, len(outer), [mr, nr], [k],
                                                                            vec=True)
-    if simd.isa == "neon" and outer[0].same_as(mo) and k % simd.lanes == 0 and k * 4 > 256:
+    if ap is None and simd.isa == "neon" and outer[0].same_as(mo) and k % simd.lanes == 0 and k * 4 > 256:
         _pack_rows(sch, cb, mo, simd)
+    if ap is not None:
+        _schedule_panels(sch, mo, order == "rows_outer" or k * 4 <= 256)
     sch.parallel(outer[0])
     init = sch.decompose_reduction(cb, ck)
-    if use_asm:
+    if asm:
         a53.tensorize_tile(sch, ck, k, outer[0], init)
     if which is not None:
         _schedule_gate(sch, which, k, simd)
-    if ap is not None:
-        io, kk, ii = sch.get_loops(sch.get_sblock("AP"))
-        sch.reorder(io, ii, kk)  # each row read forward once
-        sch.parallel(io)
     return finish(sch, name, workload=workload)
 
 
