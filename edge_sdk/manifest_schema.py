@@ -22,6 +22,9 @@ FORMAT = "edgepkg/1"
 MANIFEST = "manifest.json"
 MEMBERS = ("model.so", "params.bin", "golden_input.npy", "golden_output.npy")
 MAX_GOLDEN_TOL = 1e-3  # the loosest tolerance edge-sdk itself writes is 1e-4 (float and bitserial heads)
+# atol is relative to the golden output's range (max - min, recorded as golden.range): an output in the
+# hundreds gets atol = range_tol * range, so its cap is MAX_GOLDEN_TOL * max(1, range), not 1e-3 absolute.
+MAX_GOLDEN_RANGE = 1e30
 MAX_BYTES = 64 << 20  # a manifest of a big model is a few hundred KB
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _ARCHES = ("aarch64", "x86_64")
@@ -54,7 +57,8 @@ SCHEMA = {
     "params": {"count": "int", "bytes": "int"},
     "layers": [_LAYER],
     "totals": {"flops": "int", "bytes": "int"},
-    "golden": {"reference?": "str", "seed?": ("int", "null"), "rtol": "tolerance", "atol": "tolerance"},
+    "golden": {"reference?": "str", "seed?": ("int", "null"), "rtol": "tolerance", "atol": "atol",
+               "range?": "range", "range_tol?": "tolerance"},
     "members": "members",
 }
 
@@ -85,9 +89,20 @@ def check_manifest(doc, *, where: str) -> dict:
         raise PackageError(f"{where}: {MANIFEST} is not an {FORMAT} manifest (format {doc.get('format')!r})")
     try:
         _check(doc, SCHEMA, "")
+        _check_atol(doc["golden"])
     except _Bad as e:
         raise PackageError(f"{where}: {MANIFEST} {e.path or '(top)'}: {e.message}") from None
     return doc
+
+
+def max_atol(golden: dict) -> float:
+    """The loosest atol a package may carry: MAX_GOLDEN_TOL of its golden output's range (at least 1)."""
+    return MAX_GOLDEN_TOL * max(1.0, float(golden.get("range", 0.0)))
+
+
+def _check_atol(golden: dict) -> None:
+    _want(golden["atol"] <= max_atol(golden), "golden.atol",
+          f"a finite number from 0 to {max_atol(golden):g} ({MAX_GOLDEN_TOL:g} x max(1, golden.range))", golden["atol"])
 
 
 def _no_constant(name: str):
@@ -156,6 +171,10 @@ _SCALARS = {
     "tolerance": lambda v, p: _want(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                                     and 0 <= v <= MAX_GOLDEN_TOL, p,
                                     f"a finite number from 0 to {MAX_GOLDEN_TOL:g}", v),
+    "atol": lambda v, p: _want(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                               and v >= 0, p, "a finite number >= 0", v),
+    "range": lambda v, p: _want(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                and 0 <= v <= MAX_GOLDEN_RANGE, p, f"a finite number from 0 to {MAX_GOLDEN_RANGE:g}", v),
     "members": _members,
 }
 

@@ -87,11 +87,13 @@ def check_members(folder: str, manifest: dict) -> None:
         if h.hexdigest() != want.get("sha256") or os.path.getsize(path) != want.get("size"):
             raise Refused("damaged", f"{name}: sha256 or size differs from the signed manifest")
     golden = manifest.get("golden") or {}
-    for key in ("rtol", "atol"):
-        v = golden.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                or not 0 <= v <= MAX_GOLDEN_TOL:
-            raise Refused("tolerance", f"golden.{key} is {v!r}: expected a finite number from 0 to {MAX_GOLDEN_TOL:g}")
+    rng = golden.get("range", 0.0)
+    if isinstance(rng, bool) or not isinstance(rng, (int, float)) or not math.isfinite(rng) or rng < 0:
+        raise Refused("tolerance", f"golden.range is {rng!r}: expected a finite number >= 0")
+    for key, cap in (("rtol", MAX_GOLDEN_TOL), ("atol", MAX_GOLDEN_TOL * max(1.0, rng))):
+        v = golden.get(key)  # atol is relative to the golden output's range (manifest_schema.max_atol)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= cap:
+            raise Refused("tolerance", f"golden.{key} is {v!r}: expected a finite number from 0 to {cap:g}")
 
 
 def read_trusted(path: str) -> dict[str, str]:
