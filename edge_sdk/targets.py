@@ -40,7 +40,7 @@ class CacheConfig:
                 f"evict={self.evict},limit=0")
 
 
-# The /proc/cpuinfo an emulated Pi 3 guest sees (bench/emulate.py writes it into qemu's -L prefix):
+# The /proc/cpuinfo an emulated Pi 3 guest sees (qemu/runner.py writes it into qemu's -L prefix):
 # LiteRT crashes on qemu 7.2's x86 cpuinfo, and with the Pi's, XNNPACK and ruy pick their A53 kernels.
 _PI3_CORE = ("processor\t: {i}\nBogoMIPS\t: 38.40\nFeatures\t: fp asimd evtstrm crc32 cpuid\n"
              "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd03\n"

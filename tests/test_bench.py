@@ -134,7 +134,7 @@ def test_peer_key_and_usage_errors(tiny):
 
 @pytest.mark.qemu
 def test_instruction_count_is_deterministic_and_per_inference_positive(tiny, tmp_path):
-    from edge_sdk.bench import emulate as E
+    from edge_sdk.qemu import runner as E
 
     try:
         E.plugin_dir()

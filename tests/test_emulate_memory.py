@@ -1,4 +1,4 @@
-"""The A53 cost proxy's memory side (edge_sdk/bench/emulate.py): qemu's cache.c plugin builds and is found,
+"""The A53 cost proxy's memory side (edge_sdk/qemu/runner.py, priced by edge_sdk/timing/proxy.py): qemu's cache.c plugin builds and is found,
 its totals parse, its miss counts are deterministic and follow memory traffic (a buffer that fits in
 the L1 vs one that streams past the L2), the cycle model's arithmetic and roofline verdict, bench rows
 with --memory (table, JSON, results store), and a clear error when the plugin is missing.
@@ -15,7 +15,8 @@ import pytest
 from rich.console import Console
 
 from edge_sdk.bench import bench as B
-from edge_sdk.bench import emulate as E
+from edge_sdk.qemu import runner as E
+from edge_sdk.timing import proxy
 from edge_sdk.errors import MissingDependency, UsageError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,13 +75,13 @@ def test_cycle_model_terms_and_roofline_verdict():
 
     pi3 = get_target("pi3")
     mem = {"l2_accesses": 1000.0, "l2_misses": 400.0, "dram_bytes": 400.0 * 64}
-    got = E.A53Model(ipc=1.0, l2_hit_cycles=13, dram_cycles=124).cycles(
+    got = proxy.A53Model(ipc=1.0, l2_hit_cycles=13, dram_cycles=124).cycles(
         instructions=1e6, memory=mem, clock_ghz=pi3.clock_ghz, mem_gbps=pi3.mem_gbps)
     assert got["cycles"] == pytest.approx(1e6 + 600 * 13 + 400 * 124)
     assert got["ms_at_clock"] == pytest.approx(got["cycles"] / 1.2e6)
     assert got["bound"] == "compute"  # 25.6 KB at 3 B/cycle is ~8.5 k cycles, far below 1 M
     streaming = {"l2_accesses": 1e6, "l2_misses": 1e6, "dram_bytes": 64e6}
-    assert E.A53.cycles(instructions=1e6, memory=streaming, clock_ghz=1.2, mem_gbps=3.6)["bound"] == "memory"
+    assert proxy.A53.cycles(instructions=1e6, memory=streaming, clock_ghz=1.2, mem_gbps=3.6)["bound"] == "memory"
 
 
 def test_missing_cache_plugin_names_the_script(tmp_path, monkeypatch):
@@ -128,7 +129,7 @@ def _stream_misses(tmp_path: Path, n: int) -> dict:
         subprocess.run(["aarch64-linux-gnu-gcc", "-O1", str(src), "-o", str(exe)], check=True)
     caches = E.CACHES["cortex-a53"]
     raw = {}
-    with E._workdir() as work:
+    with E.workdir() as work:
         for k in (E.K_LOW, E.K_HIGH):
             _insns, raw[k] = E.count_once([str(exe), str(n), str(k)], prefix=E.runner_prefix("cortex-a53"),
                                           cpu="cortex-a53", work=work, guest_env={}, caches=caches)

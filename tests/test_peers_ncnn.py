@@ -1,6 +1,6 @@
 """ncnn as a bench peer: the engine (tools/peers/time_engine.py, run as benchncnn runs a .param), our
 Relax -> ncnn writer (edge_sdk/bench/ncnn_convert.py), the int8 rule, the bench rows on the host, and
-the instruction count under qemu (edge_sdk/bench/emulate.count_ncnn).
+the instruction count under qemu (edge_sdk/qemu/runner.count_ncnn).
 
 Numerics are checked against independent references: our writer's nets with real weights against the
 numpy Relax interpreter (quant/relax_ref.py), benchncnn's own nets with DataReaderFromEmpty's zero
@@ -145,7 +145,7 @@ def test_bench_peers_rows_on_host(tmp_path, monkeypatch):
 
 
 def _guest_or_skip():
-    from edge_sdk.bench import emulate as E
+    from edge_sdk.qemu import runner as E
 
     try:
         E.plugin_dir()

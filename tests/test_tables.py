@@ -45,7 +45,7 @@ def test_every_peer_family_a_variant_compares_with_has_peers():
 
 
 def test_emulation_facts_come_from_the_target_rows():
-    from edge_sdk.bench import emulate
+    from edge_sdk.qemu import runner as emulate
 
     rows = [targets.get_target(n) for n in targets.TARGET_NAMES if n != "host"]
     emulated = [t for t in rows if t.emulate_cpu]

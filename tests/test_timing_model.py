@@ -2,7 +2,7 @@
 follow each target's clock, name the package's layers, and are the same twice.
 
 The package is the session's small pi3 MobileNetV1 (conftest); our runner runs it under qemu with
-libinsn.so and libtiming.so (bench/emulate.timing_session). No test asserts a speed.
+libinsn.so and libtiming.so (timing/session.timing_session over qemu/runner.py's counted runs). No test asserts a speed.
 """
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ from edge_sdk.timing import api
 
 @pytest.fixture(scope="module")
 def profile(pi3_package):
-    from edge_sdk.bench import emulate as E
+    from edge_sdk.qemu import runner as E
+    from edge_sdk.timing.session import timing_session
     from edge_sdk.package import open_package
 
     with tempfile.TemporaryDirectory() as tmp:
         pkg = open_package(pi3_package, Path(tmp))
         lib = pkg.member("model.so")
-        with E.timing_session() as seen:
+        with timing_session() as seen:
             count = E.count_runner(lib=lib, params=pkg.member("params.bin"), input=pkg.golden_input)
         priced = api.price(seen[str(lib)], "pi3", files={"model.so": lib})
     return seen[str(lib)], count, priced

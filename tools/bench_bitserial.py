@@ -134,13 +134,13 @@ def main() -> None:
 
 def a53_count(spec: dict) -> float:
     """aarch64 instructions of one call of the pi3 kernel: a one-call_tir Relax module run by our
-    runner under qemu -cpu cortex-a53 (edge_sdk.bench.emulate, (K=3 - K=1) / 2, deterministic)."""
+    runner under qemu -cpu cortex-a53 (edge_sdk.qemu.runner, (K=3 - K=1) / 2, deterministic)."""
     import tempfile
 
     import tvm
     from tvm import relax
 
-    from edge_sdk.bench.emulate import count_runner
+    from edge_sdk.qemu.runner import count_runner
     from edge_sdk.compiler.bitserial import kernels as ops
     from edge_sdk.targets import get_target
 

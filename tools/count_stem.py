@@ -5,7 +5,7 @@
 Why: the whole-network count (edge-sdk bench --emulate pi3) does not split by layer, and --profile under
 qemu times emulation, not an A53. This compiles only the stem the network emitter writes (the same
 code as in the package: bitserial.graph._Emitter.stem) for pi3, and counts it with the bench's counter
-(edge_sdk.bench.emulate.count_runner: (K=3 - K=1) / 2, deterministic).
+(edge_sdk.qemu.runner.count_runner: (K=3 - K=1) / 2, deterministic).
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def stem_module(net, target, *, glue: str, upto: str | None = None):
 def count(stem: str, *, glue: str, ab: int, resolution: int, alpha: float, upto: str | None = None) -> float:
     import tvm
 
-    from edge_sdk.bench.emulate import count_runner
+    from edge_sdk.qemu.runner import count_runner
     from edge_sdk.compiler.lower import compile_relax
     from edge_sdk.models.binarized import binarized_resnet18, golden_input
     from edge_sdk.targets import get_target

@@ -81,7 +81,8 @@ def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup:
         m = pkg.manifest
         lib, params, x = pkg.member("model.so"), pkg.member("params.bin"), pkg.golden_input
         if emulate_cpu:
-            from edge_sdk.bench.emulate import count_runner, memory_row
+            from edge_sdk.qemu.runner import count_runner
+            from edge_sdk.timing.proxy import memory_row
             from edge_sdk.targets import get_target
 
             c = count_runner(lib=lib, params=params, input=x, cpu=emulate_cpu, caches=caches, threads=row.threads)
@@ -208,7 +209,7 @@ def _setup(opts: BenchOptions) -> _Setup:
         raise UsageError(f"--emulate needs an aarch64 target, not '{target}' ({tgt.arch})")
     emulate_cpu = tgt.qemu_cpu() if emulate else None
     rounds = 1 if emulate else max(1, opts.rounds)
-    from edge_sdk.bench import emulate as E
+    from edge_sdk.qemu import runner as E
 
     caches = E.caches_for(emulate_cpu) if opts.memory else None
     return _Setup(tgt, emulate_cpu, caches, rounds, opts.min_time_ms / rounds)
@@ -269,7 +270,6 @@ def _time_ours(built: list[Built], opts: BenchOptions, setup: _Setup, say) -> tu
 def _peers_and_rounds(rows: list[BenchRow], key: str, inputs: list[np.ndarray], opts: BenchOptions, setup: _Setup,
                       say) -> None:
     """The peer rows (first round), then rounds 2..N over every timed row."""
-    from edge_sdk.bench import emulate as E
     from edge_sdk.bench import peers as peers_mod
 
     with tempfile.TemporaryDirectory(prefix="edge-bench-in-") as tmp:
@@ -280,11 +280,27 @@ def _peers_and_rounds(rows: list[BenchRow], key: str, inputs: list[np.ndarray], 
         run = peers_mod.PeerRun(tuple(opts.threads), setup.target, setup.emulate_cpu, npy, warmup=opts.warmup,
                                 repeat=opts.repeat, min_time_ms=setup.slice_ms, say=say, ncnn_models=opts.ncnn_models)
         if opts.peers and setup.caches is not None:
-            rows += E.peer_rows_with_memory(peers_mod, setup.caches, key, run)
+            rows += _peer_rows_with_memory(peers_mod, setup.caches, key, run)
         elif opts.peers:
             rows += peers_mod.peer_rows(key, run)
         _more_rounds(rows, setup.rounds, key=key, input_npy=npy, warmup=opts.warmup, min_time_ms=setup.slice_ms,
                      say=say)
+
+
+def _peer_rows_with_memory(peers_mod, caches, key, run) -> list:
+    """bench/peers.py's counted rows (run: its PeerRun), with the cache misses its count_litert and
+    count_ncnn calls also measured (the qemu runner's memory_session)."""
+    from dataclasses import replace
+
+    from edge_sdk.qemu.runner import memory_session
+    from edge_sdk.timing.proxy import memory_row
+
+    with memory_session(caches) as seen:
+        rows = peers_mod.peer_rows(key, replace(run, warmup=0, repeat=1, min_time_ms=0))
+    for r in rows:
+        c = seen.get(str(r.package)) if r.package else None
+        r.memory = memory_row(c, target=run.target) if c is not None and r.status == "ok" else None
+    return rows
 
 
 def run_bench(model, *, progress: Callable[[str], None] | None = None, **options) -> BenchResult:
@@ -318,9 +334,9 @@ def _modelled(setup: _Setup):
     """Under --emulate: a timing session at the target (edge_sdk/timing/session.py), else nothing."""
     import contextlib
 
-    from edge_sdk.bench import emulate as E
+    from edge_sdk.timing.session import timing_session
 
-    return E.timing_session(target=setup.target) if setup.emulate_cpu else contextlib.nullcontext()
+    return timing_session(target=setup.target) if setup.emulate_cpu else contextlib.nullcontext()
 
 
 def _in_variant_order(rows: list[BenchRow], names: Sequence[str]) -> list[BenchRow]:

@@ -256,7 +256,7 @@ def emulate_unavailable(peer: Peer, threads: int = 1) -> str | None:
 
 
 def count_peer(key: str, peer: Peer, *, cpu: str, threads: int = 1):
-    from edge_sdk.bench.emulate import count_litert, count_ncnn
+    from edge_sdk.qemu.runner import count_litert, count_ncnn
 
     if peer.engine == "ncnn":
         return count_ncnn(peer_file(key, peer), threads, cpu=cpu)

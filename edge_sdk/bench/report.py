@@ -7,7 +7,7 @@ are any, the other bitserial variants with float peers (the issue's goals). Unde
 the modelled Pi ms of one inference (edge_sdk/timing: the executed blocks priced by the A53's pipeline
 and cache rules at the target's clock; a model, not a measurement), with the aarch64 instructions
 (deterministic) and the model's L1D/L2 misses and DRAM bytes beside it; the ratios use modelled ms.
-With --memory each counted row also shows qemu cache.c's misses priced by emulate.A53Model (the
+With --memory each counted row also shows qemu cache.c's misses priced by timing.proxy.A53Model (the
 instruction-count proxy) with its memory share and roofline verdict.
 """
 from __future__ import annotations
@@ -109,7 +109,7 @@ def render(result, *, console=None) -> None:
                   f"{md['dram_cycles']:g} (no overlap: an upper bound for streams); mem % = the miss terms' share; "
                   f"roofline: DRAM bytes at {md['mem_gbps']:g} GB/s vs instructions at {md['clock_ghz']:g} GHz x IPC "
                   f"{md['ipc']:g}. Caches: qemu cache.c as a Pi 3B (L1D 32K/4, L1I 32K/2, L2 512K/16, 64 B, LRU); "
-                  "misses per inference = (K=3 - K=1)/2, deterministic. See edge_sdk/bench/emulate.py.", highlight=False)
+                  "misses per inference = (K=3 - K=1)/2, deterministic. See edge_sdk/qemu/runner.py.", highlight=False)
     note = result.store.get("note")
     if note:
         out.print(f"results store: {note}", highlight=False)
@@ -158,7 +158,7 @@ def record(result, *, db=None) -> dict:
         timed = any(r.modelled_ms for r in result.rows)
         device = f"qemu-{result.emulate_cpu} (A53 {'timing ' if timed else ''}model)"
         base |= {"source": "bench-emulate", "cpu_model": f"{result.emulate_cpu} (qemu + "
-                 f"{'edge_sdk.timing' if timed else 'emulate.A53Model'})",
+                 f"{'edge_sdk.timing' if timed else 'timing.proxy.A53Model'})",
                  "clock_mhz": None, "temperature_c": None, "load_average": None}
     written = 0
     with ResultsStore(path) as store:

@@ -33,7 +33,7 @@ def add_bench_parser(sub) -> None:
                    f"instructions and misses, for {', '.join(n for n in TARGET_NAMES if n != 'host')} "
                    "(tools/build_qemu_plugins.sh, llvm-mc-14)")
     p.add_argument("--memory", action="store_true", help="with --emulate: also qemu's cache.c misses priced by the "
-                   "instruction-count proxy (emulate.A53Model) and its roofline verdict per row (slower)")
+                   "instruction-count proxy (timing.proxy.A53Model) and its roofline verdict per row (slower)")
     p.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default 3)")
     p.add_argument("--repeat", type=int, default=5, help="at least this many timed runs (default 5)")
     p.add_argument("--min-time-ms", type=float, default=1000.0, help="time each row at least this long (default 1000)")

@@ -193,7 +193,7 @@ def _run_host(pkg, x: np.ndarray, where: Where, tmp: Path):
 
 def _guest_python() -> Path | None:
     """The aarch64 guest Python (with numpy) that tools/build_qemu_plugins.sh --guest-python unpacks, if built."""
-    from edge_sdk.bench.emulate import guest_python_dir
+    from edge_sdk.qemu.runner import guest_python_dir
     from edge_sdk.errors import MissingDependency
 
     try:

@@ -6,7 +6,7 @@
 #
 # Why: `edge-sdk bench --emulate pi3` counts aarch64 instructions per inference under
 # `qemu-aarch64 -cpu cortex-a53 -plugin libinsn.so`, and with --memory also L1D/L2 misses under
-# `-plugin libcache.so` configured as a Pi 3B's caches (edge_sdk/bench/emulate.py); Debian ships
+# `-plugin libcache.so` configured as a Pi 3B's caches (edge_sdk/qemu/runner.py); Debian ships
 # qemu-user without the plugins.
 # The plugin API is versioned, so the header comes from the same source version as the binary.
 # Needs: gcc, pkg-config, libglib2.0-dev, and deb-src lines (added for bookworm if absent; root).

@@ -1,4 +1,6 @@
-"""A53 cost proxy without a Pi: aarch64 instructions per inference, counted under qemu.
+"""The qemu runner: aarch64 programs (our runner, LiteRT, ncnn) under qemu-aarch64 with QEMU's plugins,
+counted per inference. bench (--emulate), the timing model (edge_sdk/timing) and the schedule chooser run
+their aarch64 code through it; it imports neither of them (the timing model watches runs via observed_by).
 
 Why instructions and not emulated time: qemu's wall time says nothing about an A53, but the number
 of guest instructions a model executes is a property of the code, identical run to run once the
@@ -22,7 +24,7 @@ instructions than the generic ones; instructions are not cycles).
 
 Memory (`--memory`): the same runs also load QEMU's contrib/plugins/cache.c (libcache.so) set up as a
 Pi 3B's caches (CacheConfig); rows gain L1D and L2 misses per inference (same K=3 minus K=1, halved),
-DRAM bytes (L2 misses x 64 B line fills) and modelled A53 cycles (A53Model). What qemu 7.2's cache.c
+DRAM bytes (L2 misses x 64 B line fills); bench prices them (timing/proxy.py's A53Model). What qemu 7.2's cache.c
 is (read in its source): per-core L1 I, L1 D and unified L2, 64 B lines, virtual addresses in user
 mode; each guest memory access looks up its first byte (translate-a64.c makes a 128-bit ldr/ld1
 register two 64-bit accesses); stores allocate like loads; no prefetcher, no dirty bits (dirty
@@ -32,8 +34,9 @@ from /dev/urandom; LRU is deterministic, and the same guest run gives the same m
 (tests/test_emulate_memory.py). It is slower: the plugin calls back on every instruction and access.
 
 Tools: edge_sdk/qemu/build_plugins.sh (tools/build_qemu_plugins.sh in a checkout) builds libinsn.so,
-libcache.so, libtiming.so and the shim; `--guest-python` also unpacks an aarch64 CPython 3.11 from Debian arm64 packages with the aarch64 numpy + ai-edge-litert wheels
-($EDGE_SDK_CACHE/qemu-guest), which LiteRT runs in.
+libcache.so, libtiming.so and the shim; `--guest-python` also unpacks an aarch64 CPython 3.11 from Debian
+arm64 packages with the aarch64 numpy + ai-edge-litert wheels ($EDGE_SDK_CACHE/qemu-guest), which LiteRT
+runs in.
 """
 from __future__ import annotations
 
@@ -53,11 +56,6 @@ import numpy as np
 from edge_sdk.errors import MissingDependency, RuntimeFailure, UsageError
 from edge_sdk.qemu import build_hint
 from edge_sdk.runtime.bundle import cache_root, ensure_bundle
-# The instruction-count proxy of --memory rows, re-exported for its callers (the A53 timing model from
-# the executed blocks is edge_sdk/timing: timing_session below).
-from edge_sdk.timing import session as timing
-from edge_sdk.timing.proxy import A53, A53Model, memory_row  # noqa: F401
-from edge_sdk.timing.session import timing_session  # noqa: F401  (re-exported: `with E.timing_session(...)`)
 from edge_sdk.targets import CacheConfig, by_emulation_cpu
 
 SYSROOT = Path("/usr/aarch64-linux-gnu")
@@ -165,7 +163,7 @@ def runner_prefix(cpu: str) -> Path:
 
 
 @contextmanager
-def _workdir():
+def workdir():
     """The one fixed directory every counted run uses (paths are part of what the guest computes)."""
     root = cache_root() / "emulate"
     root.mkdir(parents=True, exist_ok=True)
@@ -229,6 +227,21 @@ def count_once(argv: list[str], *, prefix: Path, cpu: str, work: Path, guest_env
 
 
 _SESSION: contextvars.ContextVar[dict | None] = contextvars.ContextVar("edge_sdk_emulate_memory", default=None)
+# What watches the counted runs (edge_sdk/timing/session.py's timing_session installs one): it may add
+# libtiming.so's arguments to each run (plugin_args), reads each run's profile (collect), makes one
+# inference of the K runs (finish) and keeps it by the file that ran (remember). This module never imports
+# the timing model; the timing model imports this one.
+_OBSERVER: contextvars.ContextVar = contextvars.ContextVar("edge_sdk_qemu_observer", default=None)
+
+
+@contextmanager
+def observed_by(observer):
+    """Within it, every counted run reports to `observer` (plugin_args, collect, finish, remember)."""
+    token = _OBSERVER.set(observer)
+    try:
+        yield
+    finally:
+        _OBSERVER.reset(token)
 
 
 @contextmanager
@@ -250,21 +263,24 @@ def _session_caches(caches: CacheConfig | None) -> CacheConfig | None:
 def _remember(path: Path, count: Count, files: dict | None = None) -> None:
     if _SESSION.get() is not None and count.memory is not None:
         _SESSION.get()["seen"][str(path)] = count
-    timing.remember(path, count, files)
+    if (obs := _OBSERVER.get()) is not None:
+        obs.remember(path, count, files)
 
 
 def _run_counts(argv_for, *, ks, prefix, cpu, work, guest_env, caches, after=None) -> tuple[dict, dict]:
-    counts, raw = {}, {}
+    counts, raw, obs = {}, {}, _OBSERVER.get()
     for k in ks:
-        targs = timing.plugin_args(work, k, roots=(prefix, Path(argv_for(k)[0]).parents[1]), guest_env=guest_env)
+        targs = None if obs is None else obs.plugin_args(work, k, roots=(prefix, Path(argv_for(k)[0]).parents[1]),
+                                                         guest_env=guest_env)
         got = count_once(argv_for(k), prefix=prefix, cpu=cpu, work=work, guest_env=guest_env, caches=caches,
                          timing=targs)
         counts[k], raw[k] = (got, None) if caches is None else got
         if targs is not None:
-            timing.collect(work, k, guest_env)
+            obs.collect(work, k, guest_env)
         if after:
             after(k)
-    timing.finish(K_LOW, K_HIGH)
+    if obs is not None:
+        obs.finish(K_LOW, K_HIGH)
     return counts, raw
 
 
@@ -276,7 +292,7 @@ def count_runner(*, lib: Path, params: Path, input: np.ndarray, cpu: str = "cort
     prefix = runner_prefix(cpu)
     caches = _session_caches(caches)
     output = []
-    with _workdir() as work:
+    with workdir() as work:
         shutil.copy2(lib, work / "model.so")
         shutil.copy2(params, work / "params.bin")
         np.save(work / "input.npy", np.ascontiguousarray(input), allow_pickle=False)
@@ -321,7 +337,7 @@ def _count_guest(engine: str, model: Path, name: str, *, cpu: str, ks, caches, t
     _write_cpuinfo(guest, cpu)
     caches = _session_caches(caches)
     omp = {"OMP_NUM_THREADS": str(threads)} | ({"OMP_WAIT_POLICY": "passive"} if threads > 1 else {})
-    with _workdir() as work:
+    with workdir() as work:
         shutil.copy2(model, work / name)
         shutil.copy2(TIME_ENGINE, work / "time_engine.py")
 
@@ -355,16 +371,3 @@ def _memory(raw: dict[int, dict | None], caches: CacheConfig | None) -> dict | N
     return {**per, "raw": {str(k): r for k, r in raw.items()}, "caches": asdict(caches),
             "note": "misses per inference: (K=3 - K=1) / 2 under qemu's cache.c; DRAM bytes = L2 misses x line "
                     "(line fills only: dirty write-backs and prefetches are not modelled)"}
-
-
-def peer_rows_with_memory(peers_mod, caches: CacheConfig, key, run) -> list:
-    """bench/peers.py's counted rows (run: its PeerRun), with the cache misses its count_litert and
-    count_ncnn calls also measured."""
-    from dataclasses import replace
-
-    with memory_session(caches) as seen:
-        rows = peers_mod.peer_rows(key, replace(run, warmup=0, repeat=1, min_time_ms=0))
-    for r in rows:
-        c = seen.get(str(r.package)) if r.package else None
-        r.memory = memory_row(c, target=run.target) if c is not None and r.status == "ok" else None
-    return rows

@@ -41,13 +41,14 @@ def price(pi: PerInference, target, *, threads: int = 1, layers: int = 12, files
 
 def model_package(pkg_path: Path, target=None, threads: int = 1, *, layers: int = 12) -> dict:
     """Modelled Pi cycles and ms of one inference of a Pi package (target: the package's own by default)."""
-    from edge_sdk.bench import emulate as E
+    from edge_sdk.qemu import runner as E
+    from edge_sdk.timing.session import timing_session
     from edge_sdk.package import open_package
 
     with tempfile.TemporaryDirectory(prefix="edge-timing-") as tmp:
         pkg = open_package(Path(pkg_path), Path(tmp))
         tgt = _target(target or pkg.manifest["target"]["name"])
-        with E.timing_session(target=tgt, layers=layers):
+        with timing_session(target=tgt, layers=layers):
             count = E.count_runner(lib=pkg.member("model.so"), params=pkg.member("params.bin"),
                                    input=pkg.golden_input, cpu=tgt.qemu_cpu(), threads=threads)
     return _figures(count, pkg_path)
@@ -55,10 +56,11 @@ def model_package(pkg_path: Path, target=None, threads: int = 1, *, layers: int 
 
 def model_ncnn(param: Path, target="pi3plus", threads: int = 1, *, layers: int = 12) -> dict:
     """Modelled Pi cycles and ms of one benchncnn-style inference of an ncnn .param (zero weights)."""
-    from edge_sdk.bench import emulate as E
+    from edge_sdk.qemu import runner as E
+    from edge_sdk.timing.session import timing_session
 
     tgt = _target(target)
-    with E.timing_session(target=tgt, layers=layers):
+    with timing_session(target=tgt, layers=layers):
         count = E.count_ncnn(Path(param), threads, cpu=tgt.qemu_cpu())
     return _figures(count, param)
 

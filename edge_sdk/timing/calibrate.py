@@ -1,15 +1,15 @@
 """The timing model against ncnn's published Raspberry Pi 3B+ benchncnn figures: fit and held-out table.
 
 Profiles: one PerInference per (param, threads), counted as benchncnn runs the param
-(bench/emulate.count_ncnn in a timing_session: `collect`), trimmed to the blocks that carry 99.9 % of
+(qemu/runner.count_ncnn in a timing_session: `collect`), trimmed to the blocks that carry 99.9 % of
 the modelled cycles, so the committed ones (tests/data/timing/ncnn) stay small.
 Only dram (a53.FITTED: no source gives it) is fitted, and only on MobileNetV1 and ResNet18 float32
 with one thread (FIT_ROWS); every other row is held out.
 
     python -m edge_sdk.timing.calibrate table tests/data/timing/ncnn     # the table, default constants
     python -m edge_sdk.timing.calibrate fit tests/data/timing/ncnn       # refit dram
-    python -m edge_sdk.timing.calibrate collect DIR [--params A,B] [--threads 1,4]   # profile under qemu
-                                                       # (the params of ../shared/anchors/ncnn; hours)
+    python -m edge_sdk.timing.calibrate collect DIR --anchors ANCHORS/ncnn [--params A,B] [--threads 1,4]
+                                                       # profile under qemu (benchncnn's params; hours)
 """
 from __future__ import annotations
 
@@ -113,7 +113,8 @@ def trim(pi: PerInference, keep: float = 0.999, c: A53 = DEFAULT) -> PerInferenc
 
 def collect(out: Path, params: list[str], threads: list[int], anchors: Path) -> None:
     """Profile each (param, threads) as benchncnn runs it, into out/<param>-t<threads>.json.gz (trimmed)."""
-    from edge_sdk.bench import emulate as E
+    from edge_sdk.qemu import runner as E
+    from edge_sdk.timing.session import timing_session
 
     out.mkdir(parents=True, exist_ok=True)
     for t in threads:
@@ -121,11 +122,11 @@ def collect(out: Path, params: list[str], threads: list[int], anchors: Path) -> 
             dst = out / f"{name}-t{t}.json.gz"
             if dst.exists():
                 continue
-            with E.timing_session() as seen:
+            with timing_session() as seen:
                 c = E.count_ncnn(anchors / f"{name}.param", t)
             pi = seen[str(anchors / f"{name}.param")]
             pi.meta |= {"name": name, "instructions_libinsn": c.per_inference,
-                        "source": "bench/emulate.count_ncnn (benchncnn's options, zero weights), qemu 7.2"}
+                        "source": "qemu/runner.count_ncnn (benchncnn's options, zero weights), qemu 7.2"}
             trim(pi).save(dst)
 
 
@@ -143,8 +144,10 @@ def main(argv=None) -> int:
     ap.add_argument("folder", type=Path)
     ap.add_argument("--params", default=",".join(PUBLISHED), help="collect: comma-separated param names")
     ap.add_argument("--threads", default="1,4", help="collect: comma-separated thread counts")
-    ap.add_argument("--anchors", type=Path, default=Path(__file__).resolve().parents[3] / "shared/anchors/ncnn")
+    ap.add_argument("--anchors", type=Path, help="collect: the folder of benchncnn's .param files (the anchors' ncnn/)")
     args = ap.parse_args(argv)
+    if args.what == "collect" and args.anchors is None:
+        ap.error("collect needs --anchors DIR (benchncnn's .param files)")
     if args.what == "collect":
         collect(args.folder, args.params.split(","), [int(t) for t in args.threads.split(",")], args.anchors)
         return 0

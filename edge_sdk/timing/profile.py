@@ -1,4 +1,4 @@
-"""libtiming.so's output (tools/qemu_plugins/timing.c) as data, and per-inference profiles from two runs.
+"""libtiming.so's output (edge_sdk/qemu/plugins/timing.c) as data, and per-inference profiles from two runs.
 
 A run's Profile holds every translation block (address + instruction bytes) and, per vCPU, the
 block counters. `per_inference(k1, k3, ...)` is (run with K=3 - run with K=1) / 2 per block and

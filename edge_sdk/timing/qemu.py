@@ -1,6 +1,6 @@
 """libtiming.so under qemu: its arguments, and the per-inference profile of a K=1 and a K=3 run.
 
-bench/emulate.py runs the guest (its count_once / timing_session); this module only knows the
+qemu/runner.py runs the guest (its count_once, watched by session.timing_session); this module only knows the
 plugin: the cache geometry it simulates (the Pi 3's, as `--memory`), and, for runs with more than
 one thread, where the parallel runtime is (OpenMP's GOMP_parallel for ncnn, TVM's
 TVMBackendParallelLaunch for our runner): each entry starts a parallel region (an epoch), and the

@@ -1,7 +1,7 @@
 """Run an aarch64 program under qemu with libtiming.so and model it: microkernels, runners, peers.
 
 `profile_program(argv_for, ks=(n1, n2))` runs argv_for(n) for both n, in the one fixed work
-directory bench/emulate.py uses, and returns the per-unit PerInference ((run n2 - run n1) / (n2 - n1)):
+directory the qemu runner (edge_sdk/qemu/runner.py) uses, and returns the per-unit PerInference ((run n2 - run n1) / (n2 - n1)):
 per loop iteration for a microkernel, per inference for a model.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from edge_sdk.bench import emulate as E
+from edge_sdk.qemu import runner as E
 from edge_sdk.timing import qemu
 from edge_sdk.timing.profile import PerInference, per_inference
 
@@ -20,7 +20,7 @@ def profile_program(argv_for: Callable[[int], list[str]], *, ks: tuple[int, int]
     """Per-unit block profile of a guest program run for ks[0] and ks[1] units (files: name -> copy into work)."""
     prefix = E.runner_prefix(cpu)
     runs = {}
-    with E._workdir() as work:
+    with E.workdir() as work:
         for name, src in (files or {}).items():
             (work / name).write_bytes(Path(src).read_bytes())
             (work / name).chmod(0o755)

@@ -1,17 +1,19 @@
-"""The timing model inside bench/emulate.py's counted runs: `with timing_session(target=...)`.
+"""The timing model inside the qemu runner's counted runs (edge_sdk/qemu/runner.py): `with timing_session(target=...)`.
 
 Within the session every counted run (count_runner, count_ncnn, count_litert) also loads
 libtiming.so; after its K=1 and K=3 runs the per-inference profile is kept by the file it ran
 ({str(path): PerInference}, what the `with` gives), and with a target the Count gets the model's
-figures at that target (Count.modelled: modelled_cycles, modelled_ms, ...). emulate.py calls the
-hooks below; this module never imports it.
+figures at that target (Count.modelled: modelled_cycles, modelled_ms, ...). The session installs the
+hooks below as the runner's observer (runner.observed_by); the runner never imports the timing model.
 """
 from __future__ import annotations
 
 import contextvars
+import types
 from contextlib import contextmanager
 from pathlib import Path
 
+from edge_sdk.qemu.runner import observed_by
 from edge_sdk.timing import qemu
 
 _STATE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("edge_sdk_timing_session", default=None)
@@ -22,7 +24,8 @@ def timing_session(*, target=None, layers: int = 12):
     """Counted runs also profile for the timing model; `target` (a targets.Target) also prices them."""
     token = _STATE.set({"target": target, "layers": layers, "seen": {}, "runs": {}, "last": None})
     try:
-        yield _STATE.get()["seen"]
+        with observed_by(_HOOKS):
+            yield _STATE.get()["seen"]
     finally:
         _STATE.reset(token)
 
@@ -71,3 +74,6 @@ def remember(path: Path, count, files: dict | None = None) -> None:
 
         count.modelled = model_profile(pi, threads_n=pi.meta["threads"], clock_ghz=t.clock_ghz, mem_gbps=t.mem_gbps,
                                        layers=state["layers"], symbol_files=files) | {"target": t.name}
+
+
+_HOOKS = types.SimpleNamespace(plugin_args=plugin_args, collect=collect, finish=finish, remember=remember)

@@ -5,7 +5,7 @@
 Steps: site.build(schedule) gives the scheduled PrimFunc and all its inputs; a Relax module whose
 main(x, p0000, ...) is one call_tir of it is compiled for the target and cross-linked
 (aarch64-linux-gnu-g++), its other inputs saved as params.bin; our aarch64 runner runs it under
-qemu-aarch64 with libtiming.so (bench/emulate.count_runner inside timing_session: K=1 and K=3 calls,
+qemu-aarch64 with libtiming.so (qemu/runner.count_runner inside timing_session: K=1 and K=3 calls,
 one call's profile is the difference), and the A53 timing model prices one call in modelled cycles
 at the target's clock. The runner's output is checked against site.reference (choice.check). The
 price is the whole call (kernel, its workspace allocations, the VM's call): what the layer costs in
@@ -82,9 +82,10 @@ def build_library(built: Built, target, out_dir: Path) -> tuple[Path, Path]:
 
 def run_priced(lib: Path, params: Path, x: np.ndarray, target) -> tuple[float, np.ndarray]:
     """(modelled cycles of one call, the runner's output) under qemu with the timing plugin."""
-    from edge_sdk.bench import emulate as E
+    from edge_sdk.qemu import runner as E
+    from edge_sdk.timing.session import timing_session
 
-    with E.timing_session(target=target, layers=0):
+    with timing_session(target=target, layers=0):
         count = E.count_runner(lib=lib, params=params, input=x, cpu=target.qemu_cpu())
     if count.modelled is None:
         raise EdgeError(f"{lib.name}: the timing plugin produced no profile")
