@@ -131,6 +131,28 @@ def test_pi3_build_matches_reference_under_qemu(ab, wb, tmp_path):
 
 
 @pytest.mark.qemu
+def test_pi3_mobilenet_v1_w1a2_matches_reference_under_qemu(tmp_path):
+    """MobileNetV1's float depthwise layers between binary pointwise convs on pi3: the scheduled quantize+pack
+    and dequant kernels (16+ channels) and the default-lowered ones (8 channels at alpha 0.25), codes exact."""
+    pi3 = get_target("pi3")
+    if shutil.which(pi3.cross_cc) is None or shutil.which("qemu-aarch64") is None:
+        pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
+    from edge_sdk.models.binarized import binarized_mobilenet_v1
+    from edge_sdk.runtime.execute import LocalRun, run_compiled
+
+    net = binarized_mobilenet_v1(a_bits=2, w_bits=1, **(SMALL | {"stem": "int8"}))
+    x = golden_input(net.input_shape, seed=8)
+    ref = run_reference(net, x, glue="fused")
+    ex, params, _ = compile_binarized(net, pi3, glue="fused", output="codes")
+    lib, pfile = tmp_path / "m.so", tmp_path / "params.bin"
+    ex.export_library(str(lib), fcompile=pi3.compiler())
+    tvm.runtime.save_param_dict_to_file({k: tvm.runtime.tensor(v) for k, v in params.items()}, str(pfile))
+    res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53", how=LocalRun(warmup=0, repeat=1))
+    assert res.emulated
+    np.testing.assert_array_equal(res.output, ref.codes)
+
+
+@pytest.mark.qemu
 @pytest.mark.parametrize("stem", ["int8", "float32"])
 def test_pi3_unfused_build_matches_reference_under_qemu(stem, tmp_path):
     """The unfused ablation uses the same stem (its own bitpack after it): codes exact on pi3 too."""

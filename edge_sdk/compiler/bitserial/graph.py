@@ -43,6 +43,7 @@ class _Emitter:
         self.word = network_word(target.arch)  # packing word of weights, activations and outputs
         self.bb = relax.BlockBuilder()
         self.funcs: dict = {}
+        self.io_funcs: dict = {}
         self.qmax = (1 << net.a_bits) - 1
         self.names: dict[str, str] = {}  # binding name -> binary conv name, for the layer table
         self.aux_rows: dict[str, dict] = {}  # binding name -> layer-table row fields (the integer stem)
@@ -155,11 +156,38 @@ class _Emitter:
         if isinstance(self.net.blocks[0], DwPw):  # MobileNet: the first depthwise reads dequantized codes
             return None, self.dequant(self.clip(self.quantize_float(y)))
         if self.glue == "fused":
-            p = self.bb.emit_te(io.quantize_pack_compute, y, bits=self.net.a_bits, step=self.net.step, word=self.word,
-                                primfunc_name_hint="bitserial_quantize_pack")
-            return p, None
+            return self.quantize_pack(y), None
         q = self.clip(self.quantize_float(y))
         return self.pack(q), q
+
+    def _kernel(self, key, make, name: str):
+        """One GlobalVar per distinct io kernel (kept apart from self.funcs, which numbers the convs)."""
+        if key not in self.io_funcs:
+            self.io_funcs[key] = self.bb.add_func(make(), name)
+        return self.io_funcs[key]
+
+    def quantize_pack(self, y):
+        """Float activations -> packed codes: one scheduled kernel per shape (io.quantize_pack_prim_func) when
+        the channels fill whole words, else quantize_pack_compute left to TVM's default lowering."""
+        shape, net, wb = [int(d) for d in y.ty.shape], self.net, ops.WORD_BITS[self.word]
+        if shape[-1] % wb:
+            return self.bb.emit_te(io.quantize_pack_compute, y, bits=net.a_bits, step=net.step, word=self.word,
+                                   primfunc_name_hint="bitserial_quantize_pack")
+        gv = self._kernel(("quantize_pack", str(shape)), lambda: io.quantize_pack_prim_func(
+            shape, bits=net.a_bits, step=net.step, word=self.word), "bitserial_quantize_pack")
+        ty = self.relax.TensorType((*shape[:3], shape[3] // wb, net.a_bits), self.word)
+        return self.bb.emit(self.relax.call_tir(gv, [y], ty))
+
+    def unpack_dequant(self, p, channels: int):
+        """Packed codes -> float32 values (a float depthwise layer's input), as quantize_pack: scheduled
+        (io.unpack_dequant_prim_func) for whole words, else default-lowered."""
+        pshape, wb = [int(d) for d in p.ty.shape], ops.WORD_BITS[self.word]
+        if channels != pshape[3] * wb:
+            return self.bb.emit_te(io.unpack_dequant_compute, p, channels=channels, step=self.net.step,
+                                   primfunc_name_hint="bitserial_dequant")
+        gv = self._kernel(("dequant", str(pshape)), lambda: io.unpack_dequant_prim_func(
+            pshape, word=self.word, channels=channels, step=self.net.step), "bitserial_dequant")
+        return self.bb.emit(self.relax.call_tir(gv, [p], self.relax.TensorType((*pshape[:3], channels), "float32")))
 
     def pool_pack(self, y, s):
         """The float stem's max pool, quantize and bitpack as one kernel (io.pool_quantize_pack_prim_func)."""
@@ -192,14 +220,12 @@ class _Emitter:
                                       groups=c, data_layout="NHWC", kernel_layout="HWIO"), name_hint=d.name)
         y = self.bb.emit(op.nn.relu(self.bb.emit(op.add(y, self.const(d.bias)), name_hint=f"{d.name}_bias")),
                          name_hint=f"{d.name}_relu")
-        p = self.bb.emit_te(io.quantize_pack_compute, y, bits=self.net.a_bits, step=self.net.step, word=self.word,
-                            primfunc_name_hint="bitserial_quantize_pack")
+        p = self.quantize_pack(y)
         if self.glue == "fused":
             p = self.conv(b.pw, p, glue_out=True)
             if last:
                 return p, None
-            return None, self.bb.emit_te(io.unpack_dequant_compute, p, channels=b.pw.out_shape[3],
-                                         step=self.net.step, primfunc_name_hint="bitserial_dequant")
+            return None, self.unpack_dequant(p, b.pw.out_shape[3])
         q = self.clip(self.float_glue(b.pw, self.conv(b.pw, p, glue_out=False)))
         return (self.pack(q), None) if last else (None, self.dequant(q))
 

@@ -1,7 +1,9 @@
 """Where a bitserial network meets float: quantize+bitpack in, unpack / dequantize / average pool out.
 
-Small TE computes around the bitserial convs (numerics: edge_sdk.quant.bitserial); left to TVM's
-default lowering, as they touch each activation once.
+Small TE computes around the bitserial convs (numerics: edge_sdk.quant.bitserial). The ones on every
+MobileNet layer (quantize+pack after a float depthwise, dequant before the next) are also scheduled kernels
+(quantize_pack_prim_func, unpack_dequant_prim_func; graph.py uses them for whole words); the rest, once
+per network, are left to TVM's default lowering.
 """
 from __future__ import annotations
 
@@ -167,3 +169,65 @@ def pool_quantize_pack_prim_func(shape, *, pool: int, stride: int, pad, bits: in
     sch.decompose_reduction(sch.get_sblock("pack"), pk)
     sch.tensorize(pk, popc.pack_intrin(word))
     return sch.mod["main"].with_attrs({"tirx.is_scheduled": True, "op_pattern": 8, "tirx.noalias": True})
+
+
+def _attrs(sch):
+    return sch.mod["main"].with_attrs({"tirx.is_scheduled": True, "op_pattern": 8, "tirx.noalias": True})
+
+
+def quantize_pack_prim_func(shape, *, bits: int, step: float, word: str):
+    """quantize_pack_compute (float NHWC -> packed codes) as one scheduled kernel: rows in parallel; per row
+    the quantize as one flat vector loop into an int8 row of codes, then per output word the vector bitpack
+    (popc.pack_planes). Why: left to TVM's default lowering (MobileNet's depthwise outputs) it packed ~3.5
+    scalar instructions per bit; quantizing per word instead unrolled one load per word of a pixel, more
+    read streams than the A53's prefetcher tracks (timing/a53.py pf_streams), so every line was a DRAM
+    stall. Needs whole words (C % word bits == 0): the caller checks."""
+    from tvm import s_tir, te, tirx
+
+    from edge_sdk.compiler.bitserial import popc
+
+    x = te.placeholder(tuple(int(d) for d in shape), "float32", name="x")
+    qmax, inv = float((1 << bits) - 1), tirx.const(1.0 / step, "float32")
+    q = te.compute(x.shape, lambda *i: tirx.max(tirx.min(tirx.floor(x(*i) * inv + tirx.const(0.5, "float32")),
+                                                         tirx.const(qmax, "float32")),
+                                                tirx.const(0.0, "float32")).astype("int8"), name="quantize")
+    pack = popc.pack_planes(q, bits=bits, word=word)
+    sch = s_tir.Schedule(te.create_prim_func([x, pack]))
+    pn, py, _px, pw, pb, pk = sch.get_loops(sch.get_sblock("pack"))
+    row = sch.fuse(pn, py)
+    sch.parallel(row)
+    bb, qb = sch.get_sblock("bits"), sch.get_sblock("quantize")
+    sch.compute_at(bb, pw)
+    sch.set_scope(bb, 0, popc.TILE_SCOPE)
+    sch.compute_at(qb, row)
+    sch.set_scope(qb, 0, popc.TILE_SCOPE)
+    inner = sch.get_loops(qb)[1:]  # (pixels,) channels: compute_at drops unit loops
+    flat = sch.fuse(*inner) if len(inner) > 1 else inner[0]
+    sch.vectorize(sch.split(flat, [None, 4])[1])
+    bl = sch.get_loops(bb)
+    if bits > 1:
+        sch.unroll(bl[-2])
+    sch.vectorize(bl[-1])
+    if int(sch.get(pb).extent) > 1:
+        sch.unroll(pb)
+    sch.decompose_reduction(sch.get_sblock("pack"), pk)
+    sch.tensorize(pk, popc.pack_intrin(word))
+    return _attrs(sch)
+
+
+def unpack_dequant_prim_func(pshape, *, word: str, channels: int, step: float):
+    """unpack_dequant_compute (packed codes -> float32 code * step) as one scheduled kernel: rows in
+    parallel, each word's channels as vector lanes (the word broadcast, shifted by a lane ramp, masked).
+    Why: default-lowered it was one scalar loop, ~10 modelled A53 cycles per value (MobileNetV1 w1a2:
+    28 M cycles in its dequant kernels). Needs whole words (channels == words * word bits)."""
+    from tvm import s_tir, te
+
+    p = te.placeholder(tuple(int(d) for d in pshape), word, name="p")
+    out = unpack_dequant_compute(p, channels=channels, step=step)
+    sch = s_tir.Schedule(te.create_prim_func([p, out]))
+    sch.compute_inline(sch.get_sblock("unpack"))
+    n, y, x, c = sch.get_loops(sch.get_sblock("dequant"))
+    sch.parallel(sch.fuse(n, y))
+    _co, ci = sch.split(c, [None, WORD_BITS[str(p.dtype)]])
+    sch.vectorize(ci)
+    return _attrs(sch)

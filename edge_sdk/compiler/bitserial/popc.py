@@ -113,7 +113,7 @@ def pack_planes(q, *, bits: int, word: str):
 
     wb = WORD_BITS[word]
     *lead, o = (int(d) for d in q.shape)
-    plane = te.compute((*lead, bits, o), lambda *i: ((q[(*i[:-2], i[-1])] >> i[-2].astype("int32"))
+    plane = te.compute((*lead, bits, o), lambda *i: ((q[(*i[:-2], i[-1])].astype("int32") >> i[-2].astype("int32"))
                                                      & tirx.const(1, "int32")).astype(word), name="bits")
     k = te.reduce_axis((0, wb), name="k")
     return te.compute((*lead, o // wb, bits),
