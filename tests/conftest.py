@@ -1,12 +1,17 @@
 """Shared fixtures: small compiled packages (built once per session) and the tests/data folder."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 DATA = Path(__file__).parent / "data"
+
+# compile's per-layer schedule choice on Pi targets (compile/choice) prices every candidate under qemu:
+# off for the suite's Pi compiles unless a test asks for it (tests/test_choice.py passes choose=True)
+os.environ.setdefault("EDGE_SDK_CHOICE", "0")
 
 # Fixtures that compile a model or start an emulated Pi: a test that uses one is slow whatever its own
 # body does, so it is marked here rather than in every file (the quick lane is `pytest -m "not slow"`).

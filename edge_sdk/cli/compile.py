@@ -20,7 +20,10 @@ def add_compile_parser(sub) -> None:
     p.add_argument("--calibrate", type=Path, metavar="DIR", help=f"{'/'.join(CALIBRATED_VARIANTS)} of a float "
                    "model: calibrate activation ranges on the images in DIR (default: seeded random frames, "
                    "with a warning)")
-    p.add_argument("--no-tuning", action="store_true", help="use our hand schedules only, ignoring tuning records")
+    p.add_argument("--no-tuning", action="store_true", help="use our hand schedules only, ignoring tuning records "
+                   "(and no per-layer choice)")
+    p.add_argument("--no-choice", action="store_true", help="Pi targets: keep each kernel's rule instead of pricing "
+                   "every layer's candidate schedules on the modelled A53 clock (cached; see edge-sdk inspect)")
     p.add_argument("--tuning-records", type=Path, action="append", default=[], metavar="DIR",
                    help="also apply the tuning records under DIR/<target>/ (searched before the user's "
                    f"~/.local/share/edge-sdk/tuning and the shipped ones; {'/'.join(TUNABLE_VARIANTS)} only; "
@@ -67,7 +70,8 @@ def drive_compile(args) -> int:
 
         with using_key(args.sign_key), interrupts_stay_interrupts():
             result = compile_model(model, variant=variant, target=target, out=args.output, progress=progress,
-                                   seed=args.seed, use_tuning=not args.no_tuning, tuning_roots=args.tuning_records)
+                                   seed=args.seed, use_tuning=not args.no_tuning, tuning_roots=args.tuning_records,
+                                   choose=False if args.no_choice else None)
     if args.json:
         print_json({"package": str(result.package), "seconds": result.seconds,
                     "size_bytes": result.package.stat().st_size})

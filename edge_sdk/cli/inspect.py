@@ -36,6 +36,11 @@ def drive_inspect(args) -> int:
     text(f"output: {m['output']['shape']} {m['output']['dtype']}; labels: "
          f"{len(m['labels']) if m.get('labels') else 'none'}")
     out.print(_layer_table(m))
+    ch = m.get("choice") or {}
+    if ch.get("enabled"):
+        text(f"schedule choice: {ch['workloads']} workloads on the {ch['target']} timing model ({ch['timing_model']}), "
+             f"{ch['priced']} candidates priced, {ch['cached']} cached, {ch['changed_layers']} layers off the rule, "
+             f"~{ch['saved_cycles_est'] / 1e6:.1f} M modelled cycles saved by the estimate")
     sizes = ", ".join(f"{n} {v['size'] / 1e6:.2f} MB" for n, v in m["members"].items())
     out.print(f"total {m['totals']['flops'] / 1e9:.3f} GFLOP; {m['params']['count']} parameter tensors "
               f"({m['params']['bytes'] / 1e6:.2f} MB); members: {sizes}")
@@ -47,10 +52,25 @@ def _layer_table(m: dict):
     from rich.table import Table
 
     t = Table(title=f"{len(m['layers'])} layers")
-    for col in ("layer", "op", "output", "MFLOP", "KB read", "KB written", "FLOP/byte"):
-        t.add_column(col, justify="right" if col not in ("layer", "op", "output") else "left")
+    chosen = (m.get("choice") or {}).get("enabled")
+    cols = ("layer", "op", "output", "MFLOP", "KB read", "KB written", "FLOP/byte") + (
+        ("schedule", "modelled Mcyc", "rule Mcyc") if chosen else ())
+    for col in cols:
+        t.add_column(col, justify="right" if col not in ("layer", "op", "output", "schedule") else "left")
     for r in m["layers"]:
         op = r["op"] + ("+" + "+".join(r["epilogue"]) if r["epilogue"] else "")
-        t.add_row(escape(r["name"]), escape(op), "x".join(map(str, r["output"])), f"{r['flops'] / 1e6:.2f}",
-                  f"{r['bytes_read'] / 1024:.0f}", f"{r['bytes_written'] / 1024:.0f}", f"{r['intensity']:.2f}")
+        row = [escape(r["name"]), escape(op), "x".join(map(str, r["output"])), f"{r['flops'] / 1e6:.2f}",
+               f"{r['bytes_read'] / 1024:.0f}", f"{r['bytes_written'] / 1024:.0f}", f"{r['intensity']:.2f}"]
+        if chosen:
+            row += _choice_cells(r.get("choice"))
+        t.add_row(*row)
     return t
+
+
+def _choice_cells(c: dict | None) -> list[str]:
+    """schedule, its modelled cycles and the rule's (compile/choice), in M modelled A53 cycles."""
+    if not c:
+        return ["", "", ""]
+    mc = lambda v: f"{v / 1e6:.2f}" if isinstance(v, (int, float)) else "-"  # noqa: E731
+    return [f"{c['family']}:{c['schedule']}" + (" (cached)" if c.get("cached") else ""),
+            mc(c.get("modelled_cycles")), mc(c.get("default_cycles"))]

@@ -65,6 +65,7 @@ class Lowered:
     atol: float = GOLDEN_ATOL
     layers: list[dict] | None = None  # the layer table of what was built, when it differs from the float graph's
     tuning: dict | None = None  # the manifest's "tuning": which kernels run a tuned schedule, from which records
+    choice: dict | None = None  # the manifest's "choice": the per-layer schedule choice (compile/choice)
 
 
 def reference_output(model: Model, x: np.ndarray) -> tuple[np.ndarray, str]:
@@ -112,12 +113,15 @@ def tuning_records(target: Target, *, use: bool = True, extra: list[Path] = ()):
 
 
 # Each variant family: a function (model, variant, target, *, progress, seed) -> Lowered.
-# int8 and bitserial register theirs from their own modules (see _backend).
+# int8 and bitserial register theirs from their own modules (see _backend). In the families of CHOOSES,
+# on a Pi target, each layer's kernel schedule is chosen by modelled A53 price (compile/choice: the
+# backend's kernels ask choice.active(), which compile_model sets).
 BACKENDS: dict[str, str] = {
     "float": "edge_sdk.compiler.build:lower_float",
     "int8": "edge_sdk.compiler.int8.backend:lower_int8",
     "bitserial": "edge_sdk.compiler.bitserial.backend:lower_bitserial",
 }
+CHOOSES = ("float", "int8")
 
 
 def _backend(family: str):
@@ -129,9 +133,11 @@ def _backend(family: str):
 
 def compile_model(model: Model, *, variant: Variant, target: Target, out: Path,
                   progress: Callable[[str], None] | None = None, seed: int = 0,
-                  use_tuning: bool = True, tuning_roots: list[Path] = ()) -> CompileResult:
+                  use_tuning: bool = True, tuning_roots: list[Path] = (), choose: bool | None = None) -> CompileResult:
     """Build one package. Float kernels take tuned schedules from matching tuning records unless
-    `use_tuning` is False; `tuning_roots` are searched before the user's and the shipped records."""
+    `use_tuning` is False; `tuning_roots` are searched before the user's and the shipped records.
+    `choose`: on a Pi target, pick each layer's schedule among its candidates by modelled A53 price
+    (compile/choice; None: on unless $EDGE_SDK_CHOICE=0; use_tuning False turns it off too)."""
     say = progress or (lambda _msg: None)
     fcompile = target.compiler()  # fails early, naming the Debian package, if the cross compiler is missing
     if model.options.get("format") == "lce" and not variant.lce:
@@ -146,8 +152,14 @@ def compile_model(model: Model, *, variant: Variant, target: Target, out: Path,
     say(f"reference run and build for {target.name}")
     extra = {"tuning": tuning_records(target, use=use_tuning, extra=list(tuning_roots))} \
         if variant.tunable else {}
-    low = _backend(variant.family)(model, variant, target, progress=say, seed=seed, **extra)
-    layers = low.layers if low.layers is not None else layers
+    from edge_sdk.compiler.choice import using
+    from edge_sdk.compiler.choice.chooser import annotate, chooser_for
+
+    chooser = chooser_for(target, choose=choose if use_tuning else False, progress=say) \
+        if variant.family in CHOOSES else None
+    with using(chooser):
+        low = _backend(variant.family)(model, variant, target, progress=say, seed=seed, **extra)
+    layers, low.choice = annotate(low.layers if low.layers is not None else layers, chooser)
     seconds["build"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -221,6 +233,7 @@ def _manifest(model: Model, variant: Variant, target: Target, low: Lowered, *, l
                    "bytes": int(sum(r["bytes_read"] + r["bytes_written"] for r in layers))},
         "golden": golden_tolerance(low, seed),
         "tuning": low.tuning,
+        "choice": low.choice or {"enabled": False},
         "variant_info": {"family": variant.family, "weight_bits": variant.weight_bits,
                          "activation_bits": variant.activation_bits, **(low.extra or {})},
     }

@@ -60,37 +60,52 @@ def _model_identity(model) -> dict:
             "preprocess": model.preprocess.to_json(), "labels": model.labels}  # both go into the manifest
 
 
+def choice_digest(variant, target, *, choose: bool | None = None) -> str | None:
+    """Whether compile's per-layer choice applies (compile/choice), with the timing model it prices by."""
+    from edge_sdk.compiler.build import CHOOSES
+    from edge_sdk.compiler.choice.chooser import applies, wanted
+
+    if variant.family not in CHOOSES or not applies(target) or not wanted(choose):
+        return None
+    from edge_sdk.modelled import model_version
+
+    return model_version()
+
+
 def package_key(model, variant, target, *, seed: int = 0, use_tuning: bool = True,
-                tuning_roots: Sequence[Path] = ()) -> str:
+                tuning_roots: Sequence[Path] = (), choose: bool | None = None) -> str:
     """What decides a package's contents; its hash names the cached .edgepkg."""
     import tvm
 
     ident = {**_model_identity(model), "variant": dataclasses.asdict(variant), "target": dataclasses.asdict(target),
              "seed": seed, "edge_sdk": __version__, "tvm": tvm.__version__, "sources": sources_digest(),
              "tuning": tuning_digest(variant, use_tuning=use_tuning, tuning_roots=tuning_roots)}
+    choice = choice_digest(variant, target, choose=choose)
+    if choice is not None:  # keys of packages built without the choice stay what they were
+        ident["choice"] = choice
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def package_path(model, variant, target, *, folder: Path, seed: int = 0) -> Path:
+def package_path(model, variant, target, *, folder: Path, seed: int = 0, choose: bool | None = None) -> Path:
     """Where the cached package for (model, variant, target, seed) lives in `folder`; it may not exist yet."""
-    key = package_key(model, variant, target, seed=seed)
+    key = package_key(model, variant, target, seed=seed, choose=choose)
     return folder / f"{model.name}-{variant.name}-{target.name}-{key}.edgepkg"
 
 
 def cached_package(model, variant, target, *, folder: Path, seed: int = 0,
-                   progress: Callable[[str], None] | None = None) -> tuple[Path, bool]:
+                   progress: Callable[[str], None] | None = None, choose: bool | None = None) -> tuple[Path, bool]:
     """(package, reused): the cached package, compiled first when there is none. Written atomically:
     a failed or interrupted compile leaves no file behind."""
     from edge_sdk.compiler.build import compile_model
 
-    out = package_path(model, variant, target, folder=folder, seed=seed)
+    out = package_path(model, variant, target, folder=folder, seed=seed, choose=choose)
     if out.is_file():
         return out, True
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.{os.getpid()}.edgepkg")
     say = progress or (lambda _m: None)
     try:
-        compile_model(model, variant=variant, target=target, out=tmp, seed=seed,
+        compile_model(model, variant=variant, target=target, out=tmp, seed=seed, choose=choose,
                       progress=lambda m: say(f"{variant.name}: {m}"))
         os.replace(tmp, out)
     finally:

@@ -69,12 +69,12 @@ def rewrite_kernels(mod: tvm.IRModule, target: tvm.target.Target, *,
     """Swap matched chains for our scheduled kernels; returns the module and counts per kind.
 
     `emitted`, when given, receives (layer name, PrimFunc name) per kernel call, in call order.
-    `chooser`: compile/choice's per-layer schedule choice (None: each kernel's rule)."""
-    from edge_sdk.compiler.choice import DEFAULT_CHOOSER
+    `chooser`: compile/choice's per-layer schedule choice (None: choice.active(), the compile's)."""
+    from edge_sdk.compiler.choice import active
     from edge_sdk.compiler.ops.common import simd_of
     from edge_sdk.compiler.ops.fuse import KernelRewriter
 
-    rewriter = KernelRewriter(mod, simd_of(target), chooser or DEFAULT_CHOOSER)
+    rewriter = KernelRewriter(mod, simd_of(target), chooser or active())
     mod = rewriter.rewrite()
     mod = relax.transform.DeadCodeElimination(["main"])(mod)
     if emitted is not None:
@@ -205,7 +205,7 @@ def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: lis
     for the manifest's per-layer "kernels". `tuning`: a tuning.store.RecordSet whose matching
     records replace our schedules (None: ours everywhere); `tuned`, when given, receives one entry
     per kernel that runs a tuned schedule (apply_tuning). `chooser`: compile/choice's Chooser (None:
-    every kernel's own rule).
+    choice.active(): the compile's, or every kernel's own rule).
     """
     say = progress or (lambda _msg: None)
     tvm_target = target.tvm_target()

@@ -33,9 +33,10 @@ How a kernel offers an alternative schedule (three steps, no other file to touch
 3. Where the layer is emitted, the compiler describes it as a Site (below): its family, its workload
    (a JSON-able dict of everything the code depends on: shapes, epilogue, zero points, ...), a
    `build(schedule, name, acts)` that returns the kernel alone with all its inputs (Built), the
-   logical activation inputs (Spec) and a numpy `reference(acts)`. `choose(site)` (the compile's
-   Chooser, or DEFAULT_CHOOSER when the choice is off or the target is not a Pi) returns the schedule
-   name to emit. Families that have a Site today: compile/choice/families.py.
+   logical activation inputs (Spec) and a numpy `reference(acts)`. `active().choose(site)` (the
+   compile's Chooser, or DEFAULT_CHOOSER when the choice is off or the target is not a Pi) returns the
+   schedule name to emit. Families that have a Site today: compile/choice/families.py (float) and
+   compile/choice/int8.py.
 
 Building one layer's workload alone with a named candidate (what the chooser and tests do):
 
@@ -49,9 +50,11 @@ compared with (rtol, atol) (0, 0 for integer kernels: bit-exact).
 """
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -143,6 +146,24 @@ def check(out: np.ndarray, ref: np.ndarray, *, rtol: float, atol: float) -> tupl
     worst = float(err.max()) if err.size else 0.0
     ok = bool(np.all(err <= atol + rtol * np.abs(ref.astype(np.float64)))) and bool(np.all(np.isfinite(crop)))
     return ok, worst
+
+
+_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("edge_sdk_choice", default=None)
+
+
+@contextmanager
+def using(chooser):
+    """Within it, active() is `chooser` (compile_model sets it around the variant family's backend)."""
+    token = _ACTIVE.set(chooser)
+    try:
+        yield chooser
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active():
+    """The running compile's chooser, or DEFAULT_CHOOSER (no choice: every kernel's rule)."""
+    return _ACTIVE.get() or DEFAULT_CHOOSER
 
 
 class DefaultChooser:

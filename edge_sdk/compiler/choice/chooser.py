@@ -32,14 +32,14 @@ class ChoiceWarning(UserWarning):
 
 def code_hashes(site: Site, names: list[str]) -> dict[str, str]:
     """{schedule: structural hash of its PrimFunc}; names that do not build get "error: ..."."""
-    import tvm
+    import tvm_ffi
 
     out = {}
     dummy = site.random_acts(seed=0)
     for n in names:
         try:
             func = site.build(n, "edge_choice_kernel", dummy).func
-            out[n] = f"{tvm.ir.structural_hash(func) & 0xFFFFFFFFFFFFFFFF:016x}"
+            out[n] = f"{tvm_ffi.structural_hash(func) & 0xFFFFFFFFFFFFFFFF:016x}"
         except (RuntimeError, ValueError, KeyError, AssertionError) as err:
             out[n] = f"error: {type(err).__name__}: {str(err).strip().splitlines()[-1][:200] if str(err).strip() else ''}"
     return out
@@ -128,3 +128,48 @@ class Chooser:
                 "seconds": round(self.stats["seconds"], 1),
                 "changed_layers": sum(1 for v in self.layers.values() if v.get("schedule") != DEFAULT),
                 "saved_cycles_est": round(sum(v["default_cycles"] - v["modelled_cycles"] for v in moved))}
+
+
+ENV = "EDGE_SDK_CHOICE"  # "0" / "off": compile_model's default is no choice (the test suite sets it)
+
+
+def wanted(choose: bool | None) -> bool:
+    """compile_model's `choose` (None: on unless $EDGE_SDK_CHOICE is 0/off/no)."""
+    import os
+
+    if choose is not None:
+        return choose
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+def applies(target) -> bool:
+    """The choice prices on the A53 clock: Pi targets only (aarch64, emulated as a Cortex-A53)."""
+    return target.arch == "aarch64" and getattr(target, "emulate_cpu", None) == "cortex-a53"
+
+
+def chooser_for(target, *, choose: bool | None, progress=None):
+    """A Chooser for a Pi target when the choice is wanted and the timing plugin is built, else None
+    (with a warning when it was wanted but cannot run here)."""
+    if not (wanted(choose) and applies(target)):
+        return None
+    from edge_sdk.bench import emulate as E
+    from edge_sdk.errors import MissingDependency
+
+    try:
+        E.plugin_dir(timing=True)
+    except MissingDependency as err:
+        warnings.warn(f"per-layer schedule choice off: {err}", ChoiceWarning, stacklevel=2)
+        return None
+    return Chooser(target, progress=progress)
+
+
+def annotate(rows: list[dict], chooser) -> tuple[list[dict], dict]:
+    """The layer rows with each chosen layer's "choice" ({family, schedule, modelled_cycles,
+    default_cycles, candidates}), and the manifest's "choice" summary."""
+    if chooser is None or not getattr(chooser, "enabled", False):
+        return rows, {"enabled": False}
+    def own(r):  # float rows by name; int8 rows "<op index>:<tensor>" by the "<op index>:" their kernel names
+        name = str(r.get("name", ""))
+        return chooser.layers.get(name) or chooser.layers.get(name.split(":", 1)[0] + ":" if ":" in name else "")
+
+    return [{**r, "choice": own(r)} if own(r) else r for r in rows], chooser.report()

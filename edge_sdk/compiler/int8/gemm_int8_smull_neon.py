@@ -29,6 +29,7 @@ from tvm import s_tir, te, tirx
 from tvm.script import tirx as T
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
+from edge_sdk.compiler.int8 import smull_step_variants
 from edge_sdk.compiler.int8 import im2col_int8_rows as rows8
 from edge_sdk.compiler.int8.gemm_int8_widen16 import ConvGeom
 from edge_sdk.compiler.ops.common import ACC_SCOPE, finish, largest_divisor, round_up
@@ -181,9 +182,16 @@ def _a8(x, kdims, geom: ConvGeom, in_zp: int):
     return te.compute((mp // MR, nb, MR, KB), val, name="a8"), nb, natural and c16 == ci
 
 
-def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, padded_rows: bool = True):
+# compile/choice candidates ("int8.gemm8"): "<order>/<step>", order the outer tile loop, step the 4x4x16 step
+# ("tmp": SMULL_4x4, "notmp": smull_step_variants'); "default" is the rule (npad > m: weights outer) + tmp.
+GEMM8_SCHEDULES = tuple(f"{o}/{s}" for o in ("rows_outer", "weights_outer") for s in ("tmp", "notmp"))
+
+
+def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, padded_rows: bool = True,
+               schedule: str = "default"):
     """PrimFunc out (M, COpad) int8 = requant(im2col(x) @ W + bias), x NHWC; the 8-bit NEON tile.
     padded_rows: where it applies (CI % 16 != 0, not 1x1), im2col_int8_rows' pre-padded 8-byte copies.
+    schedule: one of GEMM8_SCHEDULES, or "default".
 
     Returns (func, packed int8 weight, npad). Arguments: x, W, bias, mult, rshift (int32, (npad,))."""
     kh, kw, ci, co = w_hwio.shape
@@ -215,18 +223,22 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, pa
         fp.mbqm32_neon(biased[i, j], mt[j], rt_[j]) + tirx.const(rq.out_zp, "int32"), lo, hi), name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
     # a row's taps are slices of x (the bounds and tail guards do not depend on c: TVM keeps them a branch)
-    _schedule(sch, m=m, npad=npad, plain_copy=plain, red_b=nb)
+    order, _, step = schedule.partition("/")
+    _schedule(sch, m=m, npad=npad, plain_copy=plain, red_b=nb,
+              weights_outer=None if schedule == "default" else order == "weights_outer", notmp=step == "notmp")
     return finish(sch, name), wp, npad
 
 
-def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int) -> None:
+def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int, weights_outer: bool | None = None,
+              notmp: bool = False) -> None:
     """Row tiles x channel tiles (the bigger operand's panel outer), A's rows copied per row tile, the
     4x4x16 step tensorized under the reduction loops, the lane sums and requantize vectorized over 4."""
     ab, cb, sb, bb, ob = (sch.get_sblock(n) for n in ("a8", "acc", "lanesum", "biased", "out"))
     i, j = sch.get_loops(ob)
     mo, mi = sch.split(i, [None, MR])
     no, ni = sch.split(j, [None, NR])
-    weights_outer = npad > m  # keep the bigger operand's panel in cache
+    if weights_outer is None:
+        weights_outer = npad > m  # keep the bigger operand's panel in cache
     outer = [no, mo] if weights_outer else [mo, no]
     sch.reorder(*outer, mi, ni)
     for blk in (bb, sb, cb):
@@ -264,7 +276,7 @@ def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int) -> 
         rl = [*rl[:-1], rbo, rbi]
     sch.decompose_reduction(cb, rl[0] if rl else ci_)
     _register()
-    sch.tensorize(ci_, SMULL_4x4)
+    sch.tensorize(ci_, SMULL_4x4 if not notmp else smull_step_variants.register(_desc))
     si, sj, _ = sch.get_loops(sb)[2:]
     sch.unroll(si)
     sch.decompose_reduction(sb, sj)

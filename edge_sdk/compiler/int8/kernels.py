@@ -100,7 +100,12 @@ def _gemm_kernel(x_shape, w_hwio: np.ndarray, bias, rq: Requant, *, geom: ConvGe
     b = _folded_bias(bias, w_hwio.reshape(-1, co), rq.in_zp, 0)
     m = x_shape[0] if len(x_shape) == 2 else x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
     if simd.isa == "neon" and geom.out_hw is not None and gemm_int8_smull_neon.fits(w_hwio, m):
-        func, wp, npad = gemm_int8_smull_neon.conv_gemm8(x_shape, w_hwio, rq, geom=geom, name=name)
+        from edge_sdk.compiler.choice import active
+        from edge_sdk.compiler.choice.int8 import gemm8_site
+
+        # on a Pi target compile/choice prices the tile's schedules for this layer ("<op index>:" names its row)
+        sched = active().choose(gemm8_site(x_shape, w_hwio, bias, b, rq, geom, layer=name.rsplit("_", 1)[-1] + ":"))
+        func, wp, npad = gemm_int8_smull_neon.conv_gemm8(x_shape, w_hwio, rq, geom=geom, name=name, schedule=sched)
     else:
         func, wp, npad = gemm_int8_widen16.conv_gemm(x_shape, w_hwio, rq, geom=geom, simd=simd, name=name)
 
