@@ -92,6 +92,7 @@ CASES = [  # (input shape, Cout, padding, m, residual, act)
     ((1, 7, 9, 12), 16, SAME, 2, True, ("relu",)),    # odd sizes, tail tiles for m = 2
     ((1, 6, 5, 5), 8, (0, 1, 1, 0), 2, False, ("relu",)),  # asymmetric pad, Cin not a lane multiple
     ((1, 14, 14, 64), 64, SAME, 4, True, ("relu",)),  # a ResNet18-like layer, Cin = 64 roundings
+    ((1, 10, 10, 8), 8, VALID, 4, False, ("none",)),  # no pad block at all: 10 = 2 tiles x 4 + 2 (issue 21)
 ]
 
 

@@ -158,9 +158,11 @@ def _vec_split(sch, loop, extent: int, lanes: int):
 def _schedule_input(sch, simd: Simd, ci: int) -> None:
     """Per tile and channel vector: the 36 (or 16) V vectors from the alpha x alpha window, through
     a local T1 (first 1-D pass); tiles in parallel."""
+    from tvm.s_tir.schedule import ScheduleError  # tvm 0.27 has no tvm.error.TVMError
+
     try:
         pblock = sch.get_sblock("pad")
-    except tvm.error.TVMError:  # no padding at all
+    except ScheduleError:  # no padding at all
         pblock = None
     vb = sch.get_sblock("V")
     e, v_, p, c = sch.get_loops(vb)
