@@ -37,6 +37,9 @@ class Model:
     def example_input(self, *, seed: int = 0) -> np.ndarray:
         """A seeded input in the model's input range (as if from a camera frame)."""
         rng = np.random.default_rng(seed)
+        if self.input_dtype == "float32" and self.preprocess.channels not in (1, 3):  # not an image
+            lo, hi = self.preprocess.input_range()
+            return rng.uniform(lo, hi, size=self.input_shape).astype(np.float32)
         if self.input_dtype == "float32":
             frame = rng.integers(0, 256, size=(self.preprocess.height, self.preprocess.width, 3), dtype=np.uint8)
             x = self.preprocess.apply(frame)

@@ -57,9 +57,9 @@ def _reshape_output(mod, shape: tuple[int, ...]):
 
 def _image_input(path: Path, name: str, shape, dtype: str) -> tuple[tuple[int, ...], Preprocess]:
     shape = tuple(int(s) for s in shape)
-    if len(shape) != 4 or shape[3] not in (1, 3) or shape[0] != 1:
-        raise ModelError(f"{path}: input '{name}' has shape {list(shape)}; expected an NHWC image (1, H, W, 3)")
-    return shape, Preprocess(shape[1], shape[2])
+    if len(shape) != 4 or shape[0] != 1 or min(shape) < 1:
+        raise ModelError(f"{path}: input '{name}' has shape {list(shape)}; expected an NHWC image (1, H, W, C)")
+    return shape, Preprocess(shape[1], shape[2], channels=shape[3])
 
 
 def load_tflite(path: Path) -> Model:
@@ -87,7 +87,9 @@ def load_tflite(path: Path) -> Model:
                          "(full-integer models are the int8 variant's input)")
     shape, pre = _image_input(path, in_name, in_shape, in_dtype)
     try:
-        mod = from_tflite(tfl)
+        from edge_sdk.models.tflite_fold import converter_class
+
+        mod = from_tflite(tfl, op_converter=converter_class())
         out = sub.Tensors(sub.Outputs(0))
         mod = _reshape_output(mod, tuple(int(v) for v in out.ShapeAsNumpy()))
     except Exception as e:  # noqa: BLE001 - the frontend raises many types; name the file and the op

@@ -12,7 +12,10 @@ Steps, in order (every one recorded in the package manifest, so a device reprodu
    footprint). Computed in float32 without Pillow's intermediate uint8 rounding, so it is within one
    uint8 step of Pillow's uint8 result and equal to Pillow's float ("F" mode) result.
 3. x = (pixel - mean) / std per channel, mean and std in pixel units (0..255), given in R, G, B order.
-4. channel order: "BGR" reverses the channels after normalising.
+4. channel order: "BGR" reverses the channels after normalising. A 1-channel input (channels 1) takes the
+   image's luma, Pillow's convert("L") arithmetic (R*19595 + G*38470 + B*7471 + 0x8000) >> 16 (ITU-R 601-2,
+   what Keras' grayscale loading and OpenCV's COLOR_RGB2GRAY compute), right after the crop; mean and std
+   are then the first of their three values. Inputs of other channel counts are not images (.npy only).
 5. layout: NHWC or NCHW, batch 1.
 6. integer inputs (int8/uint8 models): q = clip(round(x / scale) + zero_point), dividing in float32
    and rounding half away from zero, as TFLite's QUANTIZE does.
@@ -48,6 +51,7 @@ class Preprocess:
     channel_order: str = "RGB"
     interpolation: str = "bilinear"
     crop: float = 1.0
+    channels: int = 3  # 3: RGB/BGR; 1: grayscale (luma); anything else is not an image input
 
     def __post_init__(self) -> None:
         if int(self.height) < 1 or int(self.width) < 1:
@@ -63,11 +67,13 @@ class Preprocess:
                                   f"{', '.join(RESIZE_METHODS)}")
         if not 0.0 < float(self.crop) <= 1.0:
             raise PreprocessError(f"preprocess crop {self.crop}: expected a fraction in (0, 1]")
+        if isinstance(self.channels, bool) or not isinstance(self.channels, int) or self.channels < 1:
+            raise PreprocessError(f"preprocess channels {self.channels!r}: expected a positive integer")
 
     def to_json(self) -> dict:
         return {"resize": [int(self.height), int(self.width)], "interpolation": self.interpolation,
                 "crop": float(self.crop), "mean": list(self.mean), "std": list(self.std),
-                "channel_order": self.channel_order}
+                "channel_order": self.channel_order, "channels": self.channels}
 
     @classmethod
     def from_json(cls, d: dict) -> Preprocess:
@@ -76,20 +82,27 @@ class Preprocess:
         try:
             h, w = (int(v) for v in d["resize"])
             return cls(h, w, tuple(d.get("mean", (127.5,) * 3)), tuple(d.get("std", (127.5,) * 3)),
-                       d.get("channel_order", "RGB"), d.get("interpolation", "nearest"), float(d.get("crop", 1.0)))
+                       d.get("channel_order", "RGB"), d.get("interpolation", "nearest"), float(d.get("crop", 1.0)),
+                       d.get("channels", 3))
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, PreprocessError):
                 raise
             raise PreprocessError(f"manifest input.preprocess {d!r}: {type(e).__name__}: {e}") from e
 
     def apply(self, image: np.ndarray, *, layout: str = "NHWC") -> np.ndarray:
-        """An (h, w, 3) uint8 RGB image -> (1, H, W, 3) float32 (or (1, 3, H, W) for NCHW)."""
+        """An (h, w, 3) uint8 RGB image -> (1, H, W, C) float32 (or (1, C, H, W) for NCHW), C = channels."""
         if layout not in LAYOUTS:
             raise PreprocessError(f"layout '{layout}': expected NHWC or NCHW")
+        if self.channels not in (1, 3):
+            raise PreprocessError(f"the model's input has {self.channels} channels: not an image (give the "
+                                  "input as an .npy array)")
         img = center_crop(as_rgb(image), self.crop)
+        if self.channels == 1:
+            img = luma(img)
         x = resize(img, (int(self.height), int(self.width)), self.interpolation)
-        x = (x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
-        if self.channel_order == "BGR":
+        c = self.channels
+        x = (x - np.asarray(self.mean[:c], np.float32)) / np.asarray(self.std[:c], np.float32)
+        if self.channel_order == "BGR" and c == 3:
             x = x[..., ::-1]
         x = x[None]
         return np.ascontiguousarray(x.transpose(0, 3, 1, 2) if layout == "NCHW" else x, dtype=np.float32)
@@ -123,6 +136,12 @@ def as_rgb(image: np.ndarray) -> np.ndarray:
     if img.ndim != 3 or img.shape[2] < 3 or img.shape[0] < 1 or img.shape[1] < 1:
         raise PreprocessError(f"image shape {list(img.shape)}: expected (height, width, 3)")
     return img[..., :3]
+
+
+def luma(rgb: np.ndarray) -> np.ndarray:
+    """(h, w, 3) uint8 RGB -> (h, w, 1) uint8 grey, Pillow's convert("L") to the bit."""
+    r, g, b = (rgb[..., i].astype(np.uint32) for i in range(3))
+    return ((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16).astype(np.uint8)[..., None]
 
 
 def center_crop(image: np.ndarray, fraction: float) -> np.ndarray:
