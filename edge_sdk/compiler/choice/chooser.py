@@ -152,7 +152,7 @@ def chooser_for(target, *, choose: bool | None, progress=None):
     (with a warning when it was wanted but cannot run here)."""
     if not (wanted(choose) and applies(target)):
         return None
-    from edge_sdk.bench import emulate as E
+    from edge_sdk.qemu import runner as E
     from edge_sdk.errors import MissingDependency
 
     try:
