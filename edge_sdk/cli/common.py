@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 from pathlib import Path
 
@@ -136,6 +137,10 @@ def add_fleet_options(p: argparse.ArgumentParser, *, select: bool = True, device
         g = p.add_mutually_exclusive_group()
         g.add_argument("--group", help="a group from the fleet file (default: every device)")
         g.add_argument("--device", help="one device")
+    if select or device_required:
+        p.add_argument("--connect-timeout", type=float, metavar="SECONDS",
+                       help="seconds for each step of reaching a device: TCP connect, SSH banner, key exchange, "
+                            "login (default: the fleet file's defaults.connect_timeout, else 10)")
 
 
 def known_hosts(args):
@@ -149,4 +154,10 @@ def select_devices(args):
     from edge_sdk.fleet.config import load_fleet
 
     fleet = load_fleet(args.fleet)
-    return fleet, fleet.select(group=getattr(args, "group", None), device=getattr(args, "device", None))
+    devices = fleet.select(group=getattr(args, "group", None), device=getattr(args, "device", None))
+    seconds = getattr(args, "connect_timeout", None)
+    if seconds is not None:
+        if not 0 < seconds <= 600:
+            raise UsageError(f"--connect-timeout {seconds:g}: expected seconds above 0 and at most 600")
+        devices = [dataclasses.replace(d, connect_timeout=seconds) for d in devices]
+    return fleet, devices

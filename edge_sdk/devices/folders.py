@@ -86,7 +86,7 @@ class _Holder:
 class StandInConnection(Connection):
     """Connection's interface over a local folder (see the module docstring); a stand-in, not SSH."""
 
-    def __init__(self, device: Device, devices: StandInDevices, *, known_hosts=None, connect_timeout: float = 10.0,
+    def __init__(self, device: Device, devices: StandInDevices, *, known_hosts=None, connect_timeout: float | None = None,
                  io_timeout: float = 60.0):
         super().__init__(device, known_hosts=known_hosts or os.devnull, connect_timeout=connect_timeout,
                          io_timeout=io_timeout)

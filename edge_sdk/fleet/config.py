@@ -1,6 +1,6 @@
 """The fleet file: which devices exist, how to reach them, and what runs where.
 
-    defaults: {user: pi, port: 22, key: ~/.ssh/id_ed25519, target: pi3}
+    defaults: {user: pi, port: 22, key: ~/.ssh/id_ed25519, target: pi3, connect_timeout: 10}
     devices:
       kitchen-pi: {host: 192.0.2.10}
       door-pi:    pi@192.0.2.11:2222             # user@host:port shorthand
@@ -15,7 +15,9 @@ The file is walked as a YAML node tree (not plain dicts) so that every error can
 the line and the key path: "fleet.yaml:14 devices.door-pi.port: expected an integer, got
 'twenty-two'". Unknown keys and values given twice are errors, never silently dropped. The group
 name "all" is implicit (every device) and cannot be redefined. Key file paths expand `~` and are
-relative to the fleet file's folder.
+relative to the fleet file's folder. connect_timeout (seconds, default 10; a device may set its
+own) bounds each step of reaching a device: the TCP connect, the SSH banner, the key exchange and
+authentication (`--connect-timeout` overrides it for one command).
 """
 from __future__ import annotations
 
@@ -41,7 +43,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _HOST = re.compile(r"^[A-Za-z0-9_.:%-]{1,253}$")
 _FINGERPRINT = re.compile(r"^SHA256:[A-Za-z0-9+/]{43}$")
-_BUILTIN_DEFAULTS = {"user": "pi", "port": 22, "key": None, "target": "pi3"}
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+_BUILTIN_DEFAULTS = {"user": "pi", "port": 22, "key": None, "target": "pi3", "connect_timeout": DEFAULT_CONNECT_TIMEOUT_S}
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Device:
     tags: tuple[str, ...] = ()
     host_key: str | None = None  # pinned: "ssh-ed25519 AAAA..." or "SHA256:<43 chars>"
     where: str = ""  # "fleet.yaml:12", for messages about this device
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S  # seconds for each step of connecting (ssh_connect.py)
 
     @property
     def address(self) -> str:
@@ -210,6 +214,11 @@ class _Reader:
     def field(self, key: str, node, path):
         if key == "port":
             return self.integer(node, path, 1, 65535)
+        if key == "connect_timeout":
+            value = self.scalar(node, path)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 600:
+                raise self.error(node, path, f"expected seconds, a number above 0 and at most 600, got {node.value!r}")
+            return float(value)
         if key == "user":
             return self.string(node, path, _USER, "a user name")
         if key == "key":
@@ -242,7 +251,7 @@ class _Reader:
                          "/etc/ssh/ssh_host_ed25519_key.pub) or a fingerprint ('SHA256:...', 43 characters)")
 
     def devices(self, node, defaults) -> dict[str, Device]:
-        keys = ("host", "port", "user", "key", "target", "tags", "host_key")
+        keys = ("host", "port", "user", "key", "target", "tags", "host_key", "connect_timeout")
         entries = self.mapping(node, ("devices",), ())
         if not entries:
             raise self.error(node, ("devices",), "no devices listed")
@@ -269,6 +278,7 @@ class _Reader:
                 name=dev_name, host=values["host"], port=values["port"], user=values["user"],
                 key=values["key"], target=values["target"], tags=tuple(values.get("tags", ())),
                 host_key=values.get("host_key"), where=f"{self.name}:{self.line(dnode)}",
+                connect_timeout=values["connect_timeout"],
             )
         return out
 

@@ -22,6 +22,7 @@ import json
 import posixpath
 import re
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ from pathlib import Path
 from edge_sdk.errors import DeviceError, EdgeError
 from edge_sdk.fleet.config import Device
 from edge_sdk.fleet.device_lock import device_lock
+from edge_sdk.fleet.disk_space import on_disk, room_for
 from edge_sdk.fleet.device_scripts import (EXTRACT_PACKAGE_SH, EXTRACT_RUNTIME_SH, GC_PACKAGES_SH, PLACE_RUNTIME_SH,
                                            SWITCH_SH, VERIFY_PACKAGE_SH)
 from edge_sdk.fleet.group import FleetResults, for_each_device
@@ -123,21 +125,30 @@ class DeployFailed(DeviceError):
 
 
 def deploy(devices: Sequence[Device], packages: Sequence[LocalPackage], *, known_hosts=None,
-           max_workers: int = 4, progress: Progress | None = None, connect_timeout: float = 10.0,
+           max_workers: int = 4, progress: Progress | None = None, connect_timeout: float | None = None,
            connection_factory: Callable[..., Connection] = Connection) -> FleetResults:
-    """Deploy every package to every device, devices in parallel (at most max_workers at once).
-    Never stops at a failed device; each result's value (or error.report) is a DeviceDeploy."""
+    """Deploy every package to every device. Every device is connected to at once (group.py's pool, which
+    grows with the fleet: a silent device costs one connect timeout, in parallel with the others); the
+    transfers and installs run on at most max_workers devices at once. connect_timeout None: each
+    device's own (the fleet file's). Never stops at a failed device; each result's value (or
+    error.report) is a DeviceDeploy."""
     bundles = {arch: LocalBundle.for_arch(arch) for arch in sorted({p.arch for p in packages})}
+    busy = threading.BoundedSemaphore(max_workers)
 
     def one(device: Device) -> DeviceDeploy:
         with connection_factory(device, known_hosts=known_hosts, connect_timeout=connect_timeout) as conn:
-            report = deploy_device(conn, packages, bundles, progress=progress)
+            try:
+                conn.open()  # outside the semaphore: waiting on a silent device holds no transfer slot
+            except EdgeError as e:
+                raise DeployFailed(DeviceDeploy(device, error=str(e)), str(e)) from None
+            with busy:
+                report = deploy_device(conn, packages, bundles, progress=progress)
         if not report.ok:
             failed = [f"{p.package}: {p.error}" for p in report.packages if p.error]
             raise DeployFailed(report, report.error or "; ".join(failed))
         return report
 
-    return for_each_device(devices, one, max_workers=max_workers)
+    return for_each_device(devices, one)
 
 
 def deploy_device(conn: Connection, packages: Sequence[LocalPackage], bundles: dict[str, LocalBundle], *,
@@ -210,8 +221,9 @@ def install_package(conn: Connection, pkg: LocalPackage, bundle: LocalBundle, ou
     tmp = posixpath.join(models, f".{pkg.sha256}.tmp-{uuid.uuid4().hex[:8]}")
     try:
         say(f"{label}: extract + sha256", pkg.size, pkg.size)
-        conn.run(["sh", "-c", EXTRACT_PACKAGE_SH, "sh", content, tmp, MANIFEST, *MEMBERS], input=pkg.checklist(),
-                 timeout=300)
+        with room_for(conn, models, on_disk([pkg.size]), step=f"extracting {label}", what="the extracted package"):
+            conn.run(["sh", "-c", EXTRACT_PACKAGE_SH, "sh", content, tmp, MANIFEST, *MEMBERS],
+                     input=pkg.checklist(), timeout=300)
         say(f"{label}: signature check on the device", pkg.size, pkg.size)
         verify_on_device(conn, tmp, pkg, runtime=posixpath.join(RUNTIME, bundle.id))
         say(f"{label}: golden check on the device", pkg.size, pkg.size)

@@ -6,6 +6,11 @@
 
 A failure on one device (an EdgeError, or a bug) is recorded in that device's result and the
 others carry on; GroupError is a DeviceError, so the CLI maps it to the device exit code.
+
+The pool grows with the fleet (one thread per device, up to MAX_THREADS): a device that is off or
+silent costs its connect timeout in a thread of its own, not a turn in a short queue, so 300 silent
+devices take about 3 connect timeouts, not 300 / 8 of them. Work heavier than a few commands
+(deploy's uploads) is bounded separately by the caller (deploy's max_workers).
 """
 from __future__ import annotations
 
@@ -69,10 +74,18 @@ class GroupError(DeviceError):
         return self.results.failed
 
 
-def for_each_device(devices: Sequence[Device], fn: Callable[[Device], object], *, max_workers: int = 8,
+MAX_THREADS = 128  # threads that mostly wait on the network; each costs ~100 KB of stack here
+
+
+def default_workers(devices: Sequence[Device]) -> int:
+    return max(1, min(len(devices), MAX_THREADS))
+
+
+def for_each_device(devices: Sequence[Device], fn: Callable[[Device], object], *, max_workers: int | None = None,
                     on_done: Callable[[DeviceResult], None] | None = None) -> FleetResults:
-    """Call fn(device) for every device on a bounded thread pool; a failure is recorded in that
-    device's result and the others carry on. on_done (progress display) runs as each one ends."""
+    """Call fn(device) for every device on a thread pool (max_workers threads; default: default_workers,
+    which grows with the fleet); a failure is recorded in that device's result and the others carry on.
+    on_done (progress display) runs as each one ends."""
 
     def one(device: Device) -> DeviceResult:
         start = time.monotonic()
@@ -88,6 +101,7 @@ def for_each_device(devices: Sequence[Device], fn: Callable[[Device], object], *
 
     if not devices:
         return FleetResults()
-    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(devices))),
+    workers = default_workers(devices) if max_workers is None else max(1, min(max_workers, len(devices)))
+    with ThreadPoolExecutor(max_workers=workers,
                             thread_name_prefix="edge-sdk-device") as pool:
         return FleetResults(pool.map(one, devices))

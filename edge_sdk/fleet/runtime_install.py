@@ -21,6 +21,7 @@ from pathlib import Path
 
 from edge_sdk.errors import DeviceError, EdgeError, PackageError
 from edge_sdk.fleet.device_lock import device_lock
+from edge_sdk.fleet.disk_space import BLOCK, on_disk, room_for
 from edge_sdk.fleet.device_scripts import EXTRACT_RUNTIME_SH, LINK_RUNTIME_SH, PLACE_RUNTIME_SH, PREPARE_SH
 from edge_sdk.fleet.paths import CURRENT_RUNTIME, MODELS, REMOTE_ROOT, RUNTIME, runner
 from edge_sdk.package import sha256_file
@@ -38,6 +39,7 @@ class LocalBundle:
     manifest_sha256: str  # of bundle.json: equal on the device means this bundle is installed
     files: dict = field(repr=False)  # relative path -> sha256
     signature: bytes = field(default=b"", repr=False)  # bundle.sig.json: Ed25519 over bundle.json
+    unpacked: int = 0  # bytes the extracted bundle takes on the device (4 KiB blocks, folders included)
 
     @classmethod
     def for_arch(cls, arch: str) -> LocalBundle:
@@ -55,10 +57,17 @@ class LocalBundle:
         meta = read_bundle_manifest(root)
         return cls(root.name, arch, archive, sha256_file(archive), archive.stat().st_size,
                    sha256_file(root / "bundle.json"), {k: v["sha256"] for k, v in meta["files"].items()},
-                   sign_manifest((root / "bundle.json").read_bytes()))
+                   sign_manifest((root / "bundle.json").read_bytes()),
+                   _unpacked_size(archive))
 
     def checklist(self) -> bytes:
         return "".join(f"{sha}  {rel}\n" for rel, sha in sorted(self.files.items())).encode()
+
+
+def _unpacked_size(archive: Path) -> int:
+    """What the archive's members take once extracted (a folder: one block)."""
+    with tarfile.open(archive, "r:gz") as tar:
+        return on_disk(m.size if m.isfile() else BLOCK for m in tar.getmembers())
 
 
 def _check_bundle_archive(archive: Path, top: str) -> None:
@@ -132,11 +141,13 @@ def _place(conn, bundle: LocalBundle, say) -> int:
         sent = conn.put(bundle.archive, archive, sha256=bundle.sha256,
                         progress=lambda done, total: say(f"runtime {bundle.id}", done, total))
         say("runtime: checking on the device")
-        conn.run(["sh", "-c", EXTRACT_RUNTIME_SH, "sh", archive, tmp, bundle.id], input=bundle.checklist(),
-                 timeout=600)
-        _verify_bundle_signature(conn, bundle, posixpath.join(tmp, bundle.id))
-        conn.run(["sh", "-c", PLACE_RUNTIME_SH, "sh", tmp, posixpath.join(RUNTIME, bundle.id), archive, tag,
-                  bundle.id, "place"])
+        with room_for(conn, RUNTIME, bundle.unpacked, step=f"installing the runtime {bundle.id}",
+                      what="the unpacked runtime"):
+            conn.run(["sh", "-c", EXTRACT_RUNTIME_SH, "sh", archive, tmp, bundle.id], input=bundle.checklist(),
+                     timeout=600)
+            _verify_bundle_signature(conn, bundle, posixpath.join(tmp, bundle.id))
+            conn.run(["sh", "-c", PLACE_RUNTIME_SH, "sh", tmp, posixpath.join(RUNTIME, bundle.id), archive, tag,
+                      bundle.id, "place"])
     except EdgeError:
         try:  # never remove what runtime/current names (a stopped repair points it into tmp)
             live = (conn.readlink(CURRENT_RUNTIME) or "").split("/")[0]

@@ -14,13 +14,10 @@ relative paths start at the login user's home, for commands and SFTP alike.
 """
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import os
 import posixpath
 import shlex
-import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -29,8 +26,10 @@ from pathlib import Path
 
 import paramiko
 
-from edge_sdk.errors import DeviceError, EdgeError
+from edge_sdk.errors import DeviceError
 from edge_sdk.fleet.config import Device
+from edge_sdk.fleet.disk_space import free_kib, no_space
+from edge_sdk.fleet.ssh_connect import fingerprint, known_hosts_name, open_client  # noqa: F401 (re-exported)
 
 # paramiko logs a cut connection from its transport thread; with no handler Python prints that to
 # stderr. The failure reaches the caller as a DeviceError, so keep the terminal clean.
@@ -45,17 +44,6 @@ def default_known_hosts() -> Path:
     return edge_sdk_home() / "known_hosts"
 
 
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH's form, 'SHA256:<base64 without padding>', as `ssh-keygen -lf` prints it."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
-
-
-def known_hosts_name(device: Device) -> str:
-    """The host field of a known_hosts line, as OpenSSH writes it."""
-    return device.host if device.port == 22 else f"[{device.host}]:{device.port}"
-
-
 @dataclass(frozen=True)
 class Result:
     argv: tuple[str, ...]
@@ -68,42 +56,20 @@ class Result:
         return self.exit_code == 0
 
 
-class _Refuse(paramiko.MissingHostKeyPolicy):
-    """Called by paramiko only for a key it has no record of: accept a matching pinned
-    fingerprint, refuse everything else with the fingerprint in the message."""
-
-    def __init__(self, device: Device, known_hosts: Path):
-        self.device, self.known_hosts = device, known_hosts
-
-    def missing_host_key(self, client, hostname, key):
-        got = fingerprint(key)
-        pin = self.device.host_key
-        if pin and pin.startswith("SHA256:"):
-            if pin == got:
-                return
-            raise DeviceError(
-                f"device {self.device}: host key {key.get_name()} {got} does not match the key pinned "
-                f"in {self.device.where} ({pin})",
-                hint="if the device was reinstalled, update its host_key in the fleet file")
-        raise DeviceError(
-            f"device {self.device}: unknown host key {key.get_name()} {got}; refusing to connect",
-            hint=f"check the fingerprint on the device (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then run "
-                 f"`edge-sdk fleet trust --device {self.device.name}` to record it in {self.known_hosts}")
-
-
 class Connection:
     """One SSH session to one device; connects lazily, closes on context exit.
 
     io_timeout bounds every wait for the device inside an open session (an SFTP reply, window
     space for a write): a link that goes silent (cable pulled, Wi-Fi gone) sends no reset, and
     TCP alone would retry for ~15 minutes. After such a failure the session is closed, so the
-    next call reconnects (bounded by connect_timeout) instead of waiting on a dead one again."""
+    next call reconnects (bounded by connect_timeout: the device's, from the fleet file, unless
+    given) instead of waiting on a dead one again. Connecting is ssh_connect.open_client."""
 
     def __init__(self, device: Device, *, known_hosts: str | os.PathLike | None = None,
-                 connect_timeout: float = 10.0, io_timeout: float = 60.0):
+                 connect_timeout: float | None = None, io_timeout: float = 60.0):
         self.device = device
         self.known_hosts = Path(known_hosts) if known_hosts is not None else default_known_hosts()
-        self.connect_timeout = connect_timeout
+        self.connect_timeout = device.connect_timeout if connect_timeout is None else connect_timeout
         self.io_timeout = io_timeout
         self.bytes_sent = 0  # file bytes moved by put(); deploy reports these
         self.bytes_received = 0
@@ -132,54 +98,8 @@ class Connection:
 
     def open(self) -> None:
         self.close()
-        d = self.device
-        client = paramiko.SSHClient()
-        if d.host_key and not d.host_key.startswith("SHA256:"):
-            key_type, blob = d.host_key.split(" ")[:2]
-            try:
-                pinned = paramiko.PKey.from_type_string(key_type, base64.b64decode(blob))
-            except (ValueError, TypeError, paramiko.SSHException) as e:  # base64 of something that is no key
-                raise DeviceError(f"device {d}: the host_key pinned in {d.where} is not a valid {key_type} "
-                                  f"public key ({e or type(e).__name__})",
-                                  hint="copy it from the device's /etc/ssh/ssh_host_ed25519_key.pub") from None
-            client.get_host_keys().add(known_hosts_name(d), key_type, pinned)
-        elif not d.host_key and self.known_hosts.exists():
-            try:
-                client.get_host_keys().load(os.fspath(self.known_hosts))
-            except (OSError, paramiko.SSHException) as e:
-                raise DeviceError(f"cannot read known_hosts {self.known_hosts}: {e}") from None
-        client.set_missing_host_key_policy(_Refuse(d, self.known_hosts))
-        if d.key is not None and not os.path.exists(d.key):
-            raise DeviceError(f"device {d}: key file {d.key} does not exist ({d.where})")
-        try:
-            sock = socket.create_connection((d.host, d.port), timeout=self.connect_timeout)
-            _bound_silence(sock, self.io_timeout)
-            client.connect(
-                d.host, port=d.port, username=d.user, key_filename=d.key, timeout=self.connect_timeout, sock=sock,
-                banner_timeout=self.connect_timeout, auth_timeout=self.connect_timeout,
-                allow_agent=d.key is None, look_for_keys=d.key is None)
-        except DeviceError:
-            client.close()
-            raise
-        except paramiko.BadHostKeyException as e:
-            client.close()
-            raise DeviceError(
-                f"device {d}: host key CHANGED: expected {fingerprint(e.expected_key)}, the device offered "
-                f"{e.key.get_name()} {fingerprint(e.key)}; refusing to connect (possible impersonation)",
-                hint=(f"if the device was reinstalled, update host_key in {d.where}" if d.host_key else
-                      f"if the device was reinstalled, remove its line from {self.known_hosts} and run "
-                      f"`edge-sdk fleet trust --device {d.name}`")) from None
-        except paramiko.AuthenticationException as e:
-            client.close()
-            raise DeviceError(f"device {d}: authentication failed for user '{d.user}' with "
-                              f"{d.key or 'the ssh agent / ~/.ssh keys'}: {e}") from None
-        except TimeoutError as e:  # socket.timeout is TimeoutError
-            client.close()
-            raise DeviceError(f"device {d}: unreachable: timed out after {self.connect_timeout:g} s ({e})") from None
-        except (OSError, paramiko.SSHException, EOFError) as e:
-            client.close()
-            raise DeviceError(f"device {d}: unreachable: {e or type(e).__name__}") from None
-        self._client = client
+        self._client = open_client(self.device, known_hosts=self.known_hosts, connect_timeout=self.connect_timeout,
+                                   io_timeout=self.io_timeout)
 
     def close(self) -> None:
         """Close quietly: closing a session whose link died sends a last packet that can only fail."""
@@ -259,8 +179,8 @@ class Connection:
                               f"broke ({_why(e, self.io_timeout)})") from None
         except OSError as e:  # the device refused a write (SFTP status): the session still works
             self._remove_quietly(tmp)
-            raise DeviceError(f"device {self.device}: upload of {local} to {remote_path} failed: "
-                              f"{e}{self._disk_full(parent, os.path.getsize(local))}") from None
+            full = self._disk_full(parent, os.path.getsize(local))
+            raise DeviceError(f"device {self.device}: upload of {local} to {remote_path} failed: {full or e}") from None
         return attrs.st_size
 
     def sha256(self, remote_path: str) -> str | None:
@@ -317,15 +237,10 @@ class Connection:
     def _disk_full(self, remote_dir: str, need: int) -> str:
         """The cause SFTP hides: OpenSSH's sftp-server reports ENOSPC as a bare "Failure", so ask
         df how much room the directory has; "" when that is not the explanation."""
-        try:
-            r = self.run(["df", "-Pk", "--", remote_dir], check=False, timeout=30)
-            free_kb = int(r.stdout.splitlines()[-1].split()[3])
-        except (EdgeError, IndexError, ValueError):
+        free = free_kib(self, remote_dir)
+        if free is None or free * 1024 >= need:
             return ""
-        if free_kb * 1024 >= need:
-            return ""
-        return (f" (No space left on device: {free_kb} KiB free in {remote_dir} on the device, the file "
-                f"needs {-(-need // 1024)} KiB)")
+        return no_space(free, remote_dir, need, "the file")
 
     def _remove_quietly(self, remote_path: str) -> None:
         try:
@@ -361,23 +276,6 @@ def _collect(chan: paramiko.Channel, timeout: float | None) -> tuple[bytes, byte
         else:
             time.sleep(idle)
             idle = min(idle * 2, 0.02)
-
-
-def _bound_silence(sock: socket.socket, seconds: float) -> None:
-    """Make the kernel end a connection whose peer stopped acknowledging for `seconds`.
-
-    paramiko's writer retries a full socket send buffer forever (packet.write_all), so on a
-    silent link (no RST, no FIN) a channel timeout alone cannot stop an upload; TCP_USER_TIMEOUT
-    turns that into ETIMEDOUT, and keepalive probes do the same for a connection waiting idle
-    on a long command. A live but busy device answers probes from its kernel, so slow work is
-    never cut."""
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    if hasattr(socket, "TCP_USER_TIMEOUT"):  # Linux
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(seconds * 1000))
-        probe = max(1, int(seconds // 3))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, probe)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, probe)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
 
 
 def _why(e: BaseException, io_timeout: float) -> str:

@@ -13,7 +13,6 @@ import fcntl
 import os
 import posixpath
 import re
-import socket
 import stat
 import tempfile
 from collections.abc import Callable, Sequence
@@ -26,7 +25,8 @@ from edge_sdk.errors import DeviceError, EdgeError
 from edge_sdk.fleet.config import Device
 from edge_sdk.fleet.group import FleetResults, for_each_device
 from edge_sdk.fleet.paths import CURRENT_RUNTIME, MODELS, PACKAGES, RUNTIME
-from edge_sdk.fleet.ssh import Connection, fingerprint, known_hosts_name
+from edge_sdk.fleet.ssh import Connection
+from edge_sdk.fleet.ssh_connect import fingerprint, known_hosts_name, tcp_connect, wait_for_banner
 
 _SHA = re.compile(r"[0-9a-f]{64}")
 
@@ -43,12 +43,15 @@ class TrustRecord:
         return f"{self.device.name:<16} {self.device.address:<28} {self.key_type} {self.fingerprint}  {self.state}"
 
 
-def fetch_host_key(device: Device, *, timeout: float = 10.0) -> paramiko.PKey:
-    """The key the device's sshd offers, without logging in."""
+def fetch_host_key(device: Device, *, timeout: float | None = None) -> paramiko.PKey:
+    """The key the device's sshd offers, without logging in (timeout None: the device's connect_timeout)."""
+    timeout = device.connect_timeout if timeout is None else timeout
+    sock = tcp_connect(device, timeout)
     try:
-        sock = socket.create_connection((device.host, device.port), timeout=timeout)
-    except OSError as e:
-        raise DeviceError(f"device {device}: unreachable: {e}") from None
+        wait_for_banner(device, sock, timeout)
+    except DeviceError:
+        sock.close()
+        raise
     transport = paramiko.Transport(sock)
     try:
         transport.banner_timeout = timeout
@@ -61,7 +64,7 @@ def fetch_host_key(device: Device, *, timeout: float = 10.0) -> paramiko.PKey:
 
 
 def trust(devices: Sequence[Device], known_hosts_path: str | os.PathLike, *, replace: bool = False,
-          max_workers: int = 8, timeout: float = 10.0) -> FleetResults:
+          max_workers: int | None = None, timeout: float | None = None) -> FleetResults:
     """Fetch each device's host key and record it; per-device results carry a TrustRecord.
     A key that differs from the recorded one fails that device unless replace=True."""
     path = Path(known_hosts_path)
@@ -165,7 +168,7 @@ class DeviceStatus:
         return d
 
 
-def status(device: Device, *, known_hosts: str | os.PathLike | None = None, timeout: float = 10.0,
+def status(device: Device, *, known_hosts: str | os.PathLike | None = None, timeout: float | None = None,
            connection_factory: Callable[..., Connection] = Connection) -> DeviceStatus:
     """Everything `fleet status` shows for one device; an unreachable device is a status, not an error."""
     try:
@@ -177,7 +180,7 @@ def status(device: Device, *, known_hosts: str | os.PathLike | None = None, time
 
 
 def fleet_status(devices: Sequence[Device], *, known_hosts: str | os.PathLike | None = None,
-                 max_workers: int = 8, timeout: float = 10.0,
+                 max_workers: int | None = None, timeout: float | None = None,
                  connection_factory: Callable[..., Connection] = Connection) -> FleetResults:
     return for_each_device(devices, lambda d: status(d, known_hosts=known_hosts, timeout=timeout,
                                                      connection_factory=connection_factory),

@@ -13,6 +13,7 @@ import json
 import os
 import pwd
 import random
+import re
 import shutil
 import subprocess
 import tarfile
@@ -91,16 +92,29 @@ def tmpfs_root(fleet):
     subprocess.run(["umount", str(root)], check=True)
 
 
-@pytest.mark.parametrize("fails_in", ["upload", "extract", "runtime"])
+_NO_SPACE = re.compile(r"No space left on device: (\d+) KiB free in (\S+) on the device, "
+                       r"(the file|the extracted package|the unpacked runtime) needs (\d+) KiB")
+
+
+@pytest.mark.parametrize("fails_in", ["upload", "extract", "runtime upload", "runtime install"])
 def test_disk_full_keeps_previous_and_says_so(fleet, tmpfs_root, v1, host_package, variant_package, tmp_path,
                                               fails_in):
+    """Every stage that fills the disk says so in one clean message, with the free and the needed space:
+    never tar's or cp's stderr with the device script quoted."""
     loops, devices, kh = fleet
     dev, loop = devices[0], loops[devices[0].name]
     big = LocalPackage.load(variant_package(host_package, tmp_path / "big.edgepkg", note="big", pad=3 << 20))
-    if fails_in == "runtime":
-        tmpfs_root(3 << 20)  # a fresh device whose disk cannot hold the runtime bundle
+    if fails_in.startswith("runtime"):
+        archive = LocalBundle.for_arch("x86_64").archive
+        with tarfile.open(archive, "r:gz") as tar:  # what the bundle takes unpacked, read here from the archive
+            unpacked = sum(-(-m.size // 4096) * 4096 if m.isfile() else 4096 for m in tar.getmembers())
+        size = archive.stat().st_size
+        # a fresh device whose disk cannot hold the bundle's archive, or holds it but not its contents
+        tmpfs_root(size // 2 if fails_in == "runtime upload" else size + unpacked // 2)
         r = deploy([dev], [v1], known_hosts=kh)
         assert not (_root(loop) / "runtime" / "current").exists()
+        step, what, need = (("upload of", "the file", size) if fails_in == "runtime upload" else
+                            ("installing the runtime", "the unpacked runtime", unpacked))
     else:
         assert deploy([dev], [v1], known_hosts=kh).all_ok
         used = shutil.disk_usage(_root(loop)).used
@@ -109,8 +123,15 @@ def test_disk_full_keeps_previous_and_says_so(fleet, tmpfs_root, v1, host_packag
         r = deploy([dev], [big], known_hosts=kh)
         assert_runs(loop, v1)
         assert not (_root(loop) / "models" / big.name / big.sha256).exists()
+        step, what, need = (("upload of", "the file", big.size) if fails_in == "upload" else
+                            ("extracting", "the extracted package", big.size))
     err = str(r[0].error)
-    assert not r.all_ok and dev.name in err and "No space left on device" in err, err
+    assert not r.all_ok and f"device {dev.name}" in err and step in err, err
+    m = _NO_SPACE.search(err)
+    assert m and m.group(3) == what, err
+    free_kib, need_kib = int(m.group(1)), int(m.group(4))
+    assert need_kib >= need // 1024 and free_kib < need_kib, err
+    assert "set -e" not in err and "tar:" not in err and "exited with" not in err, err  # no raw script output
     assert not (_root(loop) / "packages" / f"{big.sha256}.edgepkg").exists()
     assert _leftovers(loop) == []
 
