@@ -173,11 +173,12 @@ class BenchOptions:
     rounds: int = 3
     seed: int = 0
     ncnn_models: Path | None = None  # benchncnn's .param files by name (--ncnn-models)
+    choice: str = "on"  # compile's per-layer schedule choice on Pi targets: on, off, or both (a row each)
 
     def to_json(self, *, rounds: int) -> dict:
         return {"variants": list(self.variants), "threads": list(self.threads), "peers": self.peers,
                 "memory": self.memory, "warmup": self.warmup, "repeat": self.repeat,
-                "min_time_ms": self.min_time_ms, "rounds": rounds, "seed": self.seed}
+                "min_time_ms": self.min_time_ms, "rounds": rounds, "seed": self.seed, "choice": self.choice}
 
 
 @dataclass(frozen=True)
@@ -223,15 +224,30 @@ class Built:
     package: Path
     cached: bool
     note: str  # where the int8 row's model came from, when not the model given
+    choose: bool | None = None  # compile's per-layer choice (None: compile's default)
+
+
+CHOICES = {"on": (None,), "off": (False,), "both": (None, False)}  # BenchOptions.choice -> compile's `choose`
 
 
 def compile_all(model, names: Sequence[str], tgt, *, threads: Sequence[int], seed: int, say,
-                where: str = "") -> tuple[list[BenchRow], list[Built]]:
-    """Each variant's package (cached_package); rows for the variants that are unavailable or do not compile."""
+                where: str = "", choice: str = "on") -> tuple[list[BenchRow], list[Built]]:
+    """Each variant's package (cached_package); rows for the variants that are unavailable or do not compile.
+    choice "both": each variant twice, with compile's per-layer schedule choice and without (--no-choice)."""
+    rows: list[BenchRow] = []
+    built: list[Built] = []
+    for choose in CHOICES[choice]:
+        r, b = _compile_each(model, names, tgt, threads=threads, seed=seed, say=say, where=where, choose=choose)
+        rows, built = rows + r, built + b
+    return rows, built
+
+
+def _compile_each(model, names, tgt, *, threads, seed: int, say, where: str, choose) -> tuple[list, list]:
     from edge_sdk.variants import VARIANTS
 
     rows: list[BenchRow] = []
     built: list[Built] = []
+    off = " (--no-choice)" if choose is False else ""
     for name in names:
         v = VARIANTS[name]
         if not v.available:
@@ -240,12 +256,13 @@ def compile_all(model, names: Sequence[str], tgt, *, threads: Sequence[int], see
             continue
         try:
             src, note = _int8_source(model, v)
-            say(f"{name}: compiling for {tgt.name}{where} (or reusing the cached package)")
-            pkg, cached = cached_package(src, v, tgt, folder=package_folder(), seed=seed, progress=say)
+            say(f"{name}: compiling for {tgt.name}{where}{off} (or reusing the cached package)")
+            pkg, cached = cached_package(src, v, tgt, folder=package_folder(), seed=seed, progress=say, choose=choose)
         except (EdgeError, RuntimeError, ValueError, OSError) as e:
-            rows += [BenchRow("edge-sdk", name, v.family, t, FAILED, f"compile: {failure(e)}") for t in threads]
+            rows += [BenchRow("edge-sdk", name, v.family, t, FAILED, f"compile{off}: {failure(e)}") for t in threads]
             continue
-        built.append(Built(v, pkg, cached, note))
+        built.append(Built(v, pkg, cached, "; ".join(x for x in (note, "per-layer choice off" if off else "") if x),
+                           choose))
     return rows, built
 
 
@@ -316,7 +333,8 @@ def run_bench(model, *, progress: Callable[[str], None] | None = None, **options
     opts = BenchOptions(**options)
     setup = _setup(opts)
     say = progress or (lambda _m: None)
-    rows, built = compile_all(model, opts.variants, setup.target, threads=opts.threads, seed=opts.seed, say=say)
+    rows, built = compile_all(model, opts.variants, setup.target, threads=opts.threads, seed=opts.seed, say=say,
+                              choice=opts.choice)
     with _modelled(setup):  # under --emulate every counted row also gets the A53 timing model's figures
         timed, inputs = _time_ours(built, opts, setup, say)
         rows = _in_variant_order(rows + timed, opts.variants)
