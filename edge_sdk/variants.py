@@ -25,7 +25,7 @@ class Variant:
     # bitserial zoo nets: the stem (conv1 + pool) "int8" (integer only, straight to codes) or "float32" (the stem the
     # digits nets were trained with: 1.4 points better there, 16.5 modelled Pi 3 ms slower on ResNet18 224)
     stem: str | None = None
-    # Peer families (bench/peers.py) this variant is compared with, in order: the first family with a
+    # Peer families (bench/peers/) this variant is compared with, in order: the first family with a
     # measured peer row gives "vs best peer". w1a1 is the binary peers' (LCE) precision, then float's.
     peer_families: tuple[str, ...] = ()
     tunable: bool = False  # `edge-sdk tune` has workloads for its kernels; compile applies tuning records

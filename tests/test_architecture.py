@@ -199,8 +199,6 @@ def test_ruff_clean():
 # from its own file (Path(__file__).parent..., .parents[N]) or join a path with those folder names.
 # "path" -> why it may still climb out (each one is scheduled to move into the package)
 CLIMB_ALLOW: dict[str, str] = {
-    "edge_sdk/bench/peers.py": "TIME_ENGINE: tools/peers/time_engine.py moves into the package with the peer engines",
-    "edge_sdk/qemu/runner.py": "TIME_ENGINE: tools/peers/time_engine.py moves into the package with the peer engines",
 }
 
 

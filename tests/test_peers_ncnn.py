@@ -1,4 +1,4 @@
-"""ncnn as a bench peer: the engine (tools/peers/time_engine.py, run as benchncnn runs a .param), our
+"""ncnn as a bench peer: the engine (edge_sdk/bench/peers/ncnn.py, run as benchncnn runs a .param), our
 Relax -> ncnn writer (edge_sdk/bench/ncnn_convert.py), the int8 rule, the bench rows on the host, and
 the instruction count under qemu (edge_sdk/qemu/runner.count_ncnn).
 
@@ -9,7 +9,6 @@ No test asserts a speed.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -23,16 +22,8 @@ from edge_sdk.errors import MissingDependency
 
 ncnn = pytest.importorskip("ncnn", reason="ncnn is in the test extras (pip install -e '.[test]')")
 
-REPO = Path(__file__).resolve().parents[1]
-TIME_ENGINE = REPO / "tools" / "peers" / "time_engine.py"
+TIME_ENGINE = Path(P.time_engine.__file__)
 SHIPPED = P.NCNN_SHIPPED
-
-
-def _engine():
-    spec = importlib.util.spec_from_file_location("time_engine", TIME_ENGINE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _tokens(text: str) -> list[list[str]]:
@@ -49,7 +40,7 @@ def test_written_net_with_real_weights_matches_numpy(tmp_path, name, alpha, res)
 
     model = build_zoo_model(name, alpha=alpha, resolution=res, classes=10, seed=3)
     write_zoo_model(model.mod, tmp_path / "m.param", tmp_path / "m.bin")
-    run, shape, dtype, _version = _engine()._ncnn(str(tmp_path / "m.param"), 1, weights=str(tmp_path / "m.bin"))
+    run, shape, dtype, _version = P.ncnn.load(str(tmp_path / "m.param"), 1, weights=str(tmp_path / "m.bin"))
     assert shape == [1, 3, res, res] and dtype == "float32"
     x = np.random.default_rng(0).uniform(-1, 1, (1, res, res, 3)).astype(np.float32)
     y = run(x.transpose(0, 3, 1, 2))  # not contiguous: the engine must copy and keep the copy alive
@@ -63,9 +54,8 @@ def test_written_net_with_real_weights_matches_numpy(tmp_path, name, alpha, res)
 @pytest.mark.parametrize("param", ["mobilenet.param", "mobilenet_int8.param", "resnet18_int8.param"])
 def test_benchncnn_net_with_zero_weights_gives_uniform_softmax(param):
     """benchncnn's way: DataReaderFromEmpty (all weights, biases and int8 scales zero) -> every logit 0."""
-    te = _engine()
-    run, shape, _dtype, _version = te._ncnn(str(SHIPPED / param), 1)
-    x = te._input(shape, "float32", 0, None)
+    run, shape, _dtype, _version = P.ncnn.load(str(SHIPPED / param), 1)
+    x = P.time_engine.make_input(shape, "float32", 0, None)
     y = run(x)
     run.close()
     assert shape == [1, 3, 224, 224] and y.shape == (1, 1000)
@@ -104,7 +94,7 @@ def test_written_param_shape_and_splits(tmp_path):
     rows = _tokens(text)
     assert rows[0] == ["7767517"] and rows[2][:4] == ["Input", "data", "0", "1"]
     (tmp_path / "r.param").write_text(text)
-    assert _engine().ncnn_input_shape(str(tmp_path / "r.param")) == [1, 3, 40, 40]
+    assert P.ncnn.input_shape(str(tmp_path / "r.param")) == [1, 3, 40, 40]
     kinds = [r[0] for r in rows[2:]]
     assert kinds.count("Split") == 8 and kinds.count("BinaryOp") == 8 and kinds[-1] == "Softmax"
     assert rows[-1][5] == "output" and int(rows[1][0]) == len(rows) - 2

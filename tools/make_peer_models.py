@@ -41,7 +41,7 @@ def parse_spec(spec: str) -> dict:
 
 
 def peer_key(name: str, alpha: float, resolution: int, classes: int) -> str:
-    """Also in edge_sdk/bench/peers.py: keep the two in step."""
+    """Also in edge_sdk/bench/peers/__init__.py: keep the two in step."""
     return f"{name}_{float(alpha)}_{resolution}" + ("" if classes == 1000 else f"_c{classes}")
 
 

@@ -48,6 +48,7 @@ import re
 import shutil
 import subprocess
 from contextlib import contextmanager
+from importlib import resources
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -59,7 +60,9 @@ from edge_sdk.runtime.bundle import cache_root, ensure_bundle
 from edge_sdk.targets import CacheConfig, by_emulation_cpu
 
 SYSROOT = Path("/usr/aarch64-linux-gnu")
-TIME_ENGINE = Path(__file__).resolve().parents[2] / "tools" / "peers" / "time_engine.py"
+# What runs in the guest Python for a peer count: bench/peers' time_engine.py and the engine's module, package
+# data to this runner (copied, never imported here: the runner stays below bench).
+PEER_ENGINES = resources.files("edge_sdk") / "bench" / "peers"
 K_LOW, K_HIGH = 1, 3
 
 # The Pi rows' /proc/cpuinfo and caches live in the target table (edge_sdk/targets.py), keyed here by qemu cpu.
@@ -248,7 +251,7 @@ def observed_by(observer):
 def memory_session(caches: CacheConfig | None):
     """Within it, count_runner/count_litert also count cache misses (with `caches`, when they are not
     told otherwise), and every such Count is kept by the file it ran ({str(path): Count}), so a
-    caller that only sees the instruction count (bench/peers.py) can still find the misses."""
+    caller that only sees the instruction count (bench/peers/) can still find the misses."""
     token = _SESSION.set({"caches": caches, "seen": {}})
     try:
         yield _SESSION.get()["seen"]
@@ -328,6 +331,11 @@ def count_ncnn(param: Path, threads: int = 1, *, cpu: str = "cortex-a53", ks: tu
     return _count_guest("ncnn", param, "model.param", cpu=cpu, ks=ks, caches=caches, threads=threads)
 
 
+def peer_runner_files(engine: str) -> list[Path]:
+    """The files the guest Python runs for `engine`: time_engine.py and the engine's module (litert.py, ...)."""
+    return [Path(str(PEER_ENGINES / "time_engine.py")), Path(str(PEER_ENGINES / f"{engine}.py"))]
+
+
 def _count_guest(engine: str, model: Path, name: str, *, cpu: str, ks, caches, threads: int) -> Count:
     """time_engine.py --engine ENGINE --count K in the guest Python, per K in ks."""
     guest = guest_python_dir()
@@ -339,7 +347,8 @@ def _count_guest(engine: str, model: Path, name: str, *, cpu: str, ks, caches, t
     omp = {"OMP_NUM_THREADS": str(threads)} | ({"OMP_WAIT_POLICY": "passive"} if threads > 1 else {})
     with workdir() as work:
         shutil.copy2(model, work / name)
-        shutil.copy2(TIME_ENGINE, work / "time_engine.py")
+        for f in peer_runner_files(engine):
+            shutil.copy2(f, work / f.name)
 
         def argv(k):
             return [str(guest / "usr/bin/python3.11"), "time_engine.py", "--engine", engine,

@@ -1,16 +1,14 @@
 """The engines users pick instead of us, timed in the same bench run: LiteRT, ONNX Runtime, LCE, ncnn.
 
+One module per engine in this folder (litert.py, onnxruntime.py, lce.py, ncnn.py): its rows (variant,
+family, file), how to tell it is installed, whether and how it is counted under qemu, and `load`, which
+runs the model in the engine's own Python. A new engine is one such module, listed in ENGINE_MODULES.
+
 Why subprocesses: each engine runs in the environment it needs (LiteRT and ONNX Runtime in this
 venv; Larq Compute Engine in $EDGE_SDK_CACHE/venv-lce, whose TensorFlow needs numpy<2 and
-protobuf<3.21), with its own thread pool, through one small script (tools/peers/time_engine.py)
-that prints JSON. Peer models are converter-written files of the same layout with random weights,
-made by tools/make_peer_models.py under $EDGE_SDK_CACHE/peers/<key>/ (tools/setup_peers.sh does it all).
-
-ncnn runs a network definition the way benchncnn does (zero weights; time_engine.py): for a full-size
-zoo model (alpha 1.0, 224, 1000 classes) benchncnn's own file by name (--ncnn-models DIR, else the
-copies in ncnn_models/), for any other size our zoo model written as an ncnn .param (ncnn_convert.py);
-the int8 row without a benchncnn file (MobileNetV2) is its float .param by ncnn2int8's rule. The chosen
-file is copied to peers/<key>/ncnn_<variant>.param, which the row runs and names.
+protobuf<3.21), with its own thread pool, through one small script (time_engine.py, package code, run
+by file path) that prints JSON. Peer models are converter-written files of the same layout with random
+weights, made by tools/make_peer_models.py under $EDGE_SDK_CACHE/peers/<key>/ (tools/setup_peers.sh).
 
 A model the user brought as a file is its own peer (file_key): LiteRT or ONNX Runtime runs that very file.
 """
@@ -26,10 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from edge_sdk.bench.peers import lce, litert, ncnn, onnxruntime, time_engine
 from edge_sdk.errors import EdgeError, RuntimeFailure
 from edge_sdk.runtime.bundle import cache_root
 
-TIME_ENGINE = Path(__file__).resolve().parents[2] / "tools" / "peers" / "time_engine.py"
+TIME_ENGINE = Path(time_engine.__file__).resolve()  # run by file path in the engine's Python
+ENGINE_MODULES = {m.ENGINE: m for m in (litert, onnxruntime, lce, ncnn)}  # the row order of every bench
+NCNN_NAMES, NCNN_SHIPPED = ncnn.NCNN_NAMES, ncnn.SHIPPED
 SETUP_HINT = "run tools/setup_peers.sh"
 
 
@@ -46,24 +47,7 @@ class Peer:
         return f"{self.engine} {self.variant}"
 
 
-PEERS = (
-    Peer("litert", "float32", "float", "litert_float32.tflite"),
-    Peer("litert", "int8", "int8", "litert_int8.tflite"),
-    Peer("onnxruntime", "float32", "float", "onnxruntime_float32.onnx"),
-    Peer("onnxruntime", "int8", "int8", "onnxruntime_int8.onnx"),
-    Peer("lce", "w1a1", "binary", "lce_w1a1.tflite", models=("resnet18",)),
-    Peer("ncnn", "float32", "float", "ncnn_float32.param", models=("mobilenet_v1", "mobilenet_v2", "resnet18")),
-    Peer("ncnn", "int8", "int8", "ncnn_int8.param", models=("mobilenet_v1", "mobilenet_v2", "resnet18")),
-)
-_MODULE = {"litert": ("ai_edge_litert", "pip install ai-edge-litert==2.3.0"),
-           "onnxruntime": ("onnxruntime", "pip install -e '.[test]' (onnxruntime)"),
-           "ncnn": ("ncnn", "pip install -e '.[test]' (ncnn)")}
-# benchncnn's network definition for (zoo model, variant), by the name benchncnn runs it under.
-NCNN_NAMES = {("mobilenet_v1", "float32"): "mobilenet", ("mobilenet_v1", "int8"): "mobilenet_int8",
-              ("mobilenet_v2", "float32"): "mobilenet_v2", ("resnet18", "float32"): "resnet18",
-              ("resnet18", "int8"): "resnet18_int8"}
-NCNN_SHIPPED = Path(__file__).resolve().parent / "ncnn_models"
-_FULL_SIZE = (1.0, 224, 1000)
+PEERS = tuple(Peer(name, *row) for name, m in ENGINE_MODULES.items() for row in m.PEERS)
 
 
 @dataclass(frozen=True)
@@ -113,44 +97,14 @@ def parse_key(key: str) -> tuple[str, float, int, int] | None:
         return None
 
 
-def _ncnn_text(key: str, variant: str, ncnn_models: Path | None) -> tuple[str, str] | None:
-    """The .param text the ncnn row of (key, variant) runs and where it came from (None: no definition)."""
-    from edge_sdk.bench.ncnn_convert import int8_param, param_text
-
-    spec = parse_key(key)
-    if spec is None or (spec[0], "float32") not in NCNN_NAMES:
-        return None
-    name = NCNN_NAMES.get((spec[0], variant))
-    if tuple(spec[1:]) == _FULL_SIZE:
-        for folder in (ncnn_models, NCNN_SHIPPED):
-            where = "edge_sdk/bench/ncnn_models" if folder == NCNN_SHIPPED else str(folder)
-            if folder is None:
-                continue
-            if name and (folder / f"{name}.param").is_file():
-                return (folder / f"{name}.param").read_text(), f"benchncnn's {name}.param ({where})"
-            base = folder / f"{NCNN_NAMES[(spec[0], 'float32')]}.param"
-            if variant == "int8" and base.is_file():
-                return int8_param(base.read_text()), f"benchncnn's {base.name} ({where}), int8 by ncnn2int8's rule"
-    from edge_sdk.bench.ncnn_convert import from_relax
-    from edge_sdk.models.zoo import build_zoo_model
-
-    model = build_zoo_model(spec[0], alpha=spec[1], resolution=spec[2], classes=spec[3])
-    text = param_text(from_relax(model.mod))
-    return (int8_param(text) if variant == "int8" else text), "our zoo model written as an ncnn .param" + (
-        ", int8 by ncnn2int8's rule" if variant == "int8" else "")
+def prepare_peer(key: str, peer: Peer, ncnn_models: Path | None = None) -> str | None:
+    """For an engine that writes the file its row runs (ncnn: the network definition, to peers/<key>/<peer.file>):
+    write it and return its origin (None: there is none, or the engine runs the file as it is)."""
+    m = ENGINE_MODULES[peer.engine]
+    return m.prepare(parse_key(key), peer.variant, peer_file(key, peer), ncnn_models) if hasattr(m, "prepare") else None
 
 
-def prepare_ncnn(key: str, peer: Peer, ncnn_models: Path | None = None) -> str | None:
-    """Write peers/<key>/<peer.file>, the network definition the row runs; returns its origin (None: none)."""
-    from edge_sdk.bench.ncnn_convert import write_atomic
-
-    got = _ncnn_text(key, peer.variant, ncnn_models)
-    if got is None:
-        return None
-    path = peer_file(key, peer)
-    if not path.is_file() or path.read_text() != got[0]:
-        write_atomic(path, got[0])
-    return got[1]
+prepare_ncnn = prepare_peer
 
 
 def peers_for(key: str) -> list[Peer]:
@@ -203,20 +157,21 @@ def availability(key: str, peer: Peer) -> str | None:
     """None when the peer can run here, else the reason it cannot (the row's 'unavailable' detail)."""
     if not peer_file(key, peer).is_file():
         return f"no {peer.file} for {key} ({SETUP_HINT})"
-    if peer.engine == "lce":
-        if not lce_python().exists():
-            return f"no LCE environment ({SETUP_HINT})"
-    elif importlib.util.find_spec(_MODULE[peer.engine][0]) is None:
-        return f"{_MODULE[peer.engine][0]} not installed ({_MODULE[peer.engine][1]})"
+    m = ENGINE_MODULES[peer.engine]
+    if hasattr(m, "missing"):  # an engine in its own environment says what is missing itself
+        return m.missing(SETUP_HINT)
+    if importlib.util.find_spec(m.MODULE) is None:
+        return f"{m.MODULE} not installed ({m.INSTALL})"
     return None
 
 
 def lce_python() -> Path:
-    return cache_root() / "venv-lce" / "bin" / "python"
+    return lce.python()
 
 
 def python_for(peer: Peer) -> str:
-    return str(lce_python()) if peer.engine == "lce" else sys.executable
+    m = ENGINE_MODULES[peer.engine]
+    return str(m.python()) if hasattr(m, "python") else sys.executable
 
 
 def time_peer(key: str, peer: Peer, *, threads: int, warmup: int, repeat: int, min_time_ms: float,
@@ -243,24 +198,12 @@ def time_peer(key: str, peer: Peer, *, threads: int, warmup: int, repeat: int, m
 
 
 def emulate_unavailable(peer: Peer, threads: int = 1) -> str | None:
-    """Which peers have aarch64 builds we count under qemu: LiteRT only (its aarch64 wheel)."""
-    if peer.engine == "lce":
-        return "larq-compute-engine has no aarch64 wheel"
-    if peer.engine == "ncnn":
-        return None
-    if peer.engine == "onnxruntime":
-        return "not counted under qemu (LiteRT is the A53 reference)"
-    if peer.engine == "litert" and threads > 1:
-        return "counted with 1 thread only (XNNPACK's pthreadpool spin-waits are not told apart from work)"
-    return None
+    """Which peers we count under qemu (aarch64 wheels in the guest Python: LiteRT, ncnn): None, else why not."""
+    return ENGINE_MODULES[peer.engine].emulate_unavailable(threads)
 
 
 def count_peer(key: str, peer: Peer, *, cpu: str, threads: int = 1):
-    from edge_sdk.qemu.runner import count_litert, count_ncnn
-
-    if peer.engine == "ncnn":
-        return count_ncnn(peer_file(key, peer), threads, cpu=cpu)
-    return count_litert(peer_file(key, peer), cpu=cpu)
+    return ENGINE_MODULES[peer.engine].count(peer_file(key, peer), threads=threads, cpu=cpu)
 
 
 def peer_rows(key: str, run: PeerRun) -> list:
@@ -270,9 +213,9 @@ def peer_rows(key: str, run: PeerRun) -> list:
     rows = []
     for peer in peers_for(key):
         origin, why = None, None
-        if peer.engine == "ncnn":
+        if hasattr(ENGINE_MODULES[peer.engine], "prepare"):  # ncnn: the network definition the row runs
             try:
-                origin = prepare_ncnn(key, peer, run.ncnn_models)
+                origin = prepare_peer(key, peer, run.ncnn_models)
             except (EdgeError, RuntimeError, ValueError, OSError) as e:
                 why = f"no ncnn network definition for {key}: {e}"
         for t in run.threads:
