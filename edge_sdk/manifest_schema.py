@@ -53,6 +53,8 @@ SCHEMA = {
     "input": {"name": "str", "shape": ["int"], "dtype": "str", "layout": "str", "preprocess?": "any",
               "quantization?": ("object", "null")},
     "output": {"shape": ["int"], "dtype": "str"},
+    "outputs?": ([{"name": "str", "shape": ["int"], "dtype": "str", "offset": "int", "size": "int",
+                   "range?": "range", "atol?": "atol"}], "null"),
     "labels?": (["str"], "null"),
     "params": {"count": "int", "bytes": "int"},
     "layers": [_LAYER],

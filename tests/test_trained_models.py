@@ -3,9 +3,11 @@ its README), imported, compiled for the host and for pi3 (qemu) and checked agai
 
 Item 0: TFLiteConverter.from_keras_model keeps the batch dynamic and writes each Reshape layer as SHAPE ->
 STRIDED_SLICE -> PACK -> RESHAPE; the chain folds at import for batch 1 (models/tflite_fold.py).
-Item 5: a 1-channel (grayscale) input through the golden input, preprocessing (Pillow's convert("L") luma),
+Item 1: two outputs (a detector's boxes and scores) through import, compile, the manifest, run --save-output
+(.npz by output name) and --json, on the host and pi3. Item 5: a 1-channel (grayscale) input through the golden input, preprocessing (Pillow's convert("L") luma),
 compile and run from an image file. Item 7: the grayscale file's logits span hundreds; the golden check is
-relative to that range.
+relative to that range. Item 6: an ONNX file with symbolic N, H, W is refused naming them until --input-shape
+fixes them; then both its outputs match ONNX Runtime.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import pytest
 DATA = Path(__file__).parent / "data" / "trained"
 DYN = DATA / "keras_dynbatch_reshape_32_float.tflite"
 GRAY = DATA / "gray_48x48_1ch_float.tflite"
+TWO = DATA / "two_heads_32_float.tflite"
+SYM = DATA / "onnx_two_heads_symbolic_opset13.onnx"
 QEMU = pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or shutil.which("qemu-aarch64") is None,
                           reason="needs g++-aarch64-linux-gnu and qemu-user")
 
@@ -158,3 +162,113 @@ def test_compiled_pi3_under_qemu_matches_litert(path, tmp_path):
     run = run_package(pkg, input_path=tmp_path / "x.npy", repeat=1, warmup=0, model=False)
     assert run.golden_ok
     _close(run.output, _litert(path, x))
+
+
+def _close_outputs(flat: np.ndarray, outputs: list[dict], path: Path, x: np.ndarray) -> None:
+    from edge_sdk.models.outputs import split
+    from edge_sdk.runtime.litert import run_tflite_outputs
+
+    got = split(flat, outputs)
+    want = run_tflite_outputs(path, x)
+    assert list(got) == [o["name"] for o in outputs] and len(want) == len(got)
+    for ours, peer in zip(got.values(), want):
+        _close(ours, peer)
+
+
+def test_two_outputs_import_with_their_names_and_match_litert():
+    from edge_sdk.models.importers import load_model_file
+    from edge_sdk.quant.relax_ref import evaluate
+
+    model = load_model_file(TWO)
+    assert [(o["name"], o["shape"], o["dtype"]) for o in model.outputs] == [
+        ("boxes", [1, 64, 4], "float32"), ("scores", [1, 64, 1], "float32")]
+    x = model.example_input(seed=2)
+    _close_outputs(evaluate(model.mod, x), model.outputs, TWO, x)
+
+
+@pytest.mark.slow
+def test_two_outputs_compile_run_save_output_and_json(tmp_path, capsys):
+    import json
+
+    from edge_sdk.cli import main
+    from edge_sdk.package import open_package
+
+    pkg = _compile(TWO, "host", tmp_path)
+    p = open_package(pkg, tmp_path / "open")
+    outs = p.manifest["outputs"]
+    assert [o["name"] for o in outs] == ["boxes", "scores"] and p.manifest["output"]["shape"] == [320]
+    assert outs[0]["range"] > 10 * outs[1]["range"] and outs[0]["atol"] > outs[1]["atol"]  # per-output tolerance
+    assert p.manifest["golden"]["atol"] == max(o["atol"] for o in outs)
+    _close_outputs(p.golden_output, outs, TWO, p.golden_input)
+    np.save(tmp_path / "x.npy", p.golden_input)
+    assert main(["run", str(pkg), "--input", str(tmp_path / "x.npy"), "--repeat", "1", "--json",
+                 "--save-output", str(tmp_path / "o.npz")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [o["name"] for o in doc["outputs"]] == ["boxes", "scores"] and doc["golden"]["ok"]
+    saved = np.load(tmp_path / "o.npz")
+    assert sorted(saved.files) == ["boxes", "scores"] and saved["boxes"].shape == (1, 64, 4)
+    from edge_sdk.runtime.litert import run_tflite_outputs
+
+    for name, peer in zip(["boxes", "scores"], run_tflite_outputs(TWO, p.golden_input)):
+        _close(saved[name], peer)
+        _close(np.asarray(next(o["values"] for o in doc["outputs"] if o["name"] == name)).reshape(peer.shape), peer)
+    assert main(["run", str(pkg), "--repeat", "1", "--save-output", str(tmp_path / "o.npy")]) == 2
+    assert "boxes, scores" in capsys.readouterr().err and not (tmp_path / "o.npy").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+@QEMU
+def test_two_outputs_pi3_under_qemu_match_litert(tmp_path):
+    from edge_sdk.models.importers import load_model_file
+    from edge_sdk.run import run_package
+
+    pkg = _compile(TWO, "pi3", tmp_path)
+    model = load_model_file(TWO)
+    x = model.example_input(seed=6)
+    np.save(tmp_path / "x.npy", x)
+    run = run_package(pkg, input_path=tmp_path / "x.npy", repeat=1, warmup=0, model=False)
+    assert run.golden_ok
+    _close_outputs(run.output, model.outputs, TWO, x)
+
+
+def _ort(path: Path, x: np.ndarray) -> list[np.ndarray]:
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return sess.run(None, {sess.get_inputs()[0].name: x})
+
+
+def test_symbolic_onnx_dims_are_named_and_input_shape_fixes_them(capsys):
+    from edge_sdk.cli import main
+    from edge_sdk.errors import ModelError
+    from edge_sdk.models.importers import load_model_file
+    from edge_sdk.models.outputs import split
+    from edge_sdk.quant.relax_ref import evaluate
+
+    with pytest.raises(ModelError, match=r"input 'images' has symbolic dims N,H,W: pass --input-shape 1,3,"):
+        load_model_file(SYM)
+    assert main(["compile", str(SYM), "-o", "/nonexistent/x.edgepkg"]) == ModelError.exit_code
+    assert "symbolic dims N,H,W" in capsys.readouterr().err
+    with pytest.raises(ModelError, match="does not fit input 'images'"):
+        load_model_file(SYM, input_shape=(1, 4, 40, 48))
+    model = load_model_file(SYM, input_shape=(1, 3, 40, 48))
+    assert [(o["name"], o["shape"]) for o in model.outputs] == [("boxes", [1, 4, 10, 12]), ("scores", [1, 3, 10, 12])]
+    x = model.example_input(seed=4)
+    for ours, peer in zip(split(evaluate(model.mod, x), model.outputs).values(), _ort(SYM, x)):
+        _close(ours, peer)
+
+
+@pytest.mark.slow
+def test_symbolic_onnx_compiles_with_input_shape_and_matches_onnxruntime(tmp_path, capsys):
+    from edge_sdk.cli import main
+
+    pkg = tmp_path / "sym.edgepkg"
+    assert main(["compile", str(SYM), "--input-shape", "1,3,40,48", "-o", str(pkg)]) == 0
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 3, 40, 48)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    capsys.readouterr()
+    assert main(["run", str(pkg), "--input", str(tmp_path / "x.npy"), "--repeat", "1",
+                 "--save-output", str(tmp_path / "o.npz")]) == 0
+    saved = np.load(tmp_path / "o.npz")
+    for name, peer in zip(["boxes", "scores"], _ort(SYM, x)):
+        _close(saved[name], peer)

@@ -9,6 +9,8 @@ SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE.
 Files (seeded random weights, SEED below; tests/data/trained/README.md lists them):
     keras_dynbatch_reshape_32_float.tflite  32x32x3, Keras MobileNet's head (pool, Reshape, 1x1 conv, Reshape)
     gray_48x48_1ch_float.tflite             48x48x1 grayscale classifier, logits scaled into the hundreds
+    two_heads_32_float.tflite               32x32x3, two outputs as detectors have: boxes 1x64x4, scores 1x64x1
+    onnx_two_heads_symbolic_opset13.onnx    torch.onnx.export, input 'images' N,3,H,W symbolic; boxes, scores
 """
 from __future__ import annotations
 
@@ -57,14 +59,57 @@ def grayscale():
     return keras.Model(inp, L.Lambda(lambda t: t * 300.0)(x))  # outputs in the hundreds (item 7)
 
 
+def two_heads():
+    """A detector's layout: a backbone, then box offsets (1, 64, 4, in the hundreds) and scores (1, 64, 1)."""
+    import tf_keras as keras
+
+    L = keras.layers
+    inp = keras.Input((32, 32, 3))
+    x = L.Conv2D(8, 3, strides=2, padding="same", activation="relu")(inp)
+    x = L.Conv2D(16, 3, strides=2, padding="same", activation="relu")(x)
+    x = L.DepthwiseConv2D(3, padding="same", activation="relu")(x)
+    boxes = L.Reshape((64, 4), name="boxes")(L.Lambda(lambda t: t * 200.0)(L.Conv2D(4, 1)(x)))
+    scores = L.Reshape((64, 1), name="scores")(L.Conv2D(1, 1, activation="sigmoid")(x))
+    return keras.Model(inp, [boxes, scores])
+
+
+def onnx_two_heads_symbolic() -> None:
+    """torch.onnx.export of a two-output net with symbolic N, H, W (dynamic_axes), as YOLO-style exports are."""
+    import torch
+
+    torch.manual_seed(SEED)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, 2, 1), torch.nn.ReLU(),
+                                            torch.nn.Conv2d(8, 16, 3, 2, 1), torch.nn.ReLU())
+            self.box, self.cls = torch.nn.Conv2d(16, 4, 1), torch.nn.Conv2d(16, 3, 1)
+
+        def forward(self, x):
+            y = self.body(x)
+            return self.box(y) * 100.0, torch.sigmoid(self.cls(y))
+
+    name = "onnx_two_heads_symbolic_opset13.onnx"
+    tmp = OUT / (name + ".tmp")
+    torch.onnx.export(Net().eval(), torch.zeros(1, 3, 32, 32), str(tmp), input_names=["images"],
+                      output_names=["boxes", "scores"], opset_version=13, dynamo=False,
+                      dynamic_axes={"images": {0: "N", 2: "H", 3: "W"}, "boxes": {0: "N", 2: "h", 3: "w"},
+                                    "scores": {0: "N", 2: "h", 3: "w"}})
+    os.replace(tmp, OUT / name)
+    print(f"{OUT / name}: {(OUT / name).stat().st_size} bytes")
+
+
 def main() -> None:
     import tf_keras as keras
 
     OUT.mkdir(parents=True, exist_ok=True)
     for i, (fn, name) in enumerate([(dynbatch_reshape, "keras_dynbatch_reshape_32_float.tflite"),
-                                    (grayscale, "gray_48x48_1ch_float.tflite")]):
+                                    (grayscale, "gray_48x48_1ch_float.tflite"),
+                                    (two_heads, "two_heads_32_float.tflite")]):
         keras.utils.set_random_seed(SEED + i)
         _save(fn(), name)
+    onnx_two_heads_symbolic()
 
 
 if __name__ == "__main__":

@@ -75,6 +75,18 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", type=Path, help="zoo: .npz weights (default: seeded random init)")
     p.add_argument("--seed", type=int, default=0, help="seed for random weights and the golden input")
     p.add_argument("--labels", type=Path, help="a text file with one class label per line")
+    p.add_argument("--input-shape", type=_shape, metavar="N,C,H,W", help="an ONNX file with symbolic input "
+                   "dims (N, H, W ...): the shape to compile for, e.g. 1,3,320,320")
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}': expected comma-separated integers, e.g. 1,3,320,320") from None
+    if not dims or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}': every dimension must be >= 1")
+    return dims
 
 
 def load_model(args, *, family: str = "float"):
@@ -89,7 +101,7 @@ def load_model(args, *, family: str = "float"):
                 raise UsageError(f"--{opt} applies to zoo models only, not to the file {args.model}")
         from edge_sdk.models.importers import load_model_file
 
-        model = load_model_file(Path(args.model), family=family)
+        model = load_model_file(Path(args.model), family=family, input_shape=getattr(args, "input_shape", None))
     else:
         model = build_zoo_model(args.model, alpha=args.alpha, resolution=args.resolution, classes=args.classes,
                                 weights=args.weights, seed=args.seed)

@@ -15,7 +15,8 @@ def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="run a package with the runtime bundle (pi3 packages under qemu here)")
     p.add_argument("package", type=Path)
     p.add_argument("--input", type=Path, help="a .npy tensor or an image (default: the package's golden input)")
-    p.add_argument("--save-output", type=Path, help="write the output tensor to this .npy file")
+    p.add_argument("--save-output", type=Path, help="write the output tensor to this .npy file (a model with "
+                   "several outputs: an .npz, one array per output name)")
     p.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
     p.add_argument("--threads", type=int, default=1, help="runtime threads (default 1)")
@@ -39,15 +40,45 @@ def drive_run(args) -> int:
         raise UsageError("--repeat and --threads must be >= 1, --warmup >= 0")
     res = run_package(args.package, input_path=args.input, threads=args.threads, repeat=args.repeat,
                       warmup=args.warmup, k=args.top, profile=args.profile, model=not args.no_model)
+    outputs = _outputs_of(args.package)
     if args.save_output:
-        import numpy as np
-
-        np.save(args.save_output, res.output)
+        _save_output(args.save_output, res.output, outputs)
     if args.json:
-        print_json(res.to_json())
+        doc = res.to_json()
+        if outputs:
+            from edge_sdk.models.outputs import split
+
+            doc["outputs"] = [{"name": n, "shape": list(v.shape), "dtype": str(v.dtype), "values": v.reshape(-1).tolist()}
+                              for n, v in split(res.output, outputs).items()]
+        print_json(doc)
     else:
         print(res)
     return 0 if res.golden_ok else RuntimeFailure.exit_code
+
+
+def _outputs_of(package: Path) -> list[dict] | None:
+    from edge_sdk.package import read_manifest
+
+    return read_manifest(package).get("outputs")
+
+
+def _save_output(path: Path, out, outputs: list[dict] | None) -> None:
+    """One output: an .npy; several: an .npz with one array per output name (the file's shapes and dtypes)."""
+    import os
+
+    import numpy as np
+
+    from edge_sdk.models.outputs import split
+
+    if not outputs:
+        np.save(path, out)
+        return
+    if path.suffix != ".npz":
+        raise UsageError(f"--save-output {path}: the model has {len(outputs)} outputs "
+                         f"({', '.join(o['name'] for o in outputs)}): name an .npz file")
+    tmp = path.with_name(path.name + ".tmp.npz")  # nothing half-written under the name asked for
+    np.savez(tmp, **split(out, outputs))
+    os.replace(tmp, path)
 
 
 def drive_remote_run(args) -> int:

@@ -71,8 +71,12 @@ class Lowered:
 def reference_output(model: Model, x: np.ndarray) -> tuple[np.ndarray, str]:
     """The float golden output, from an engine independent of our compiler."""
     if model.source.endswith(".tflite"):
-        from edge_sdk.runtime.litert import run_tflite
+        from edge_sdk.runtime.litert import run_tflite, run_tflite_outputs
 
+        if model.outputs:  # several outputs: the package's output is their flat concatenation
+            from edge_sdk.models.outputs import concat_outputs
+
+            return concat_outputs(run_tflite_outputs(Path(model.source), x)), "litert"
         return run_tflite(Path(model.source), x), "litert"
     from edge_sdk.quant.relax_ref import evaluate
     from edge_sdk.errors import ModelError
@@ -201,11 +205,21 @@ def _strip_debug(lib: Path, target: Target) -> None:
         raise CompileError(f"{tool} --strip-debug {lib.name} failed: {r.stderr.strip()[-500:]}")
 
 
-def golden_tolerance(low: Lowered, seed: int) -> dict:
+def _range(out: np.ndarray) -> float:
+    out = np.asarray(out, np.float64)
+    return float(out.max() - out.min()) if out.size and np.isfinite(out).all() else 0.0
+
+
+def golden_tolerance(low: Lowered, seed: int, outputs: list[dict] | None = None) -> dict:
     """The manifest's "golden": rtol, and atol = max(the backend's atol, GOLDEN_RANGE_TOL x the golden
-    output's range) unless the backend is bit-exact (atol 0); range and range_tol are recorded."""
-    out = np.asarray(low.golden_output, np.float64)
-    rng = float(out.max() - out.min()) if out.size and np.isfinite(out).all() else 0.0
+    output's range) unless the backend is bit-exact (atol 0); range and range_tol are recorded. With
+    several outputs (`outputs` rows, which gain their own "range" and "atol"), the one flat tensor the
+    runner checks gets the loosest output's atol; run and bench check each output with its own."""
+    parts = [low.golden_output.reshape(-1)[o["offset"]:o["offset"] + o["size"]] for o in outputs or []]
+    rng = max(map(_range, parts)) if parts else _range(low.golden_output)
+    for o, part in zip(outputs or [], parts):
+        o["range"] = _range(part)
+        o["atol"] = max(low.atol, GOLDEN_RANGE_TOL * o["range"]) if low.atol > 0 else 0.0
     atol = max(low.atol, GOLDEN_RANGE_TOL * rng) if low.atol > 0 else 0.0
     return {"reference": low.reference, "seed": seed, "rtol": low.rtol, "atol": atol, "range": rng,
             "range_tol": GOLDEN_RANGE_TOL if low.atol > 0 else 0.0}
@@ -214,6 +228,7 @@ def golden_tolerance(low: Lowered, seed: int) -> dict:
 def _manifest(model: Model, variant: Variant, target: Target, low: Lowered, *, layers: list[dict],
               seed: int) -> dict:
     x, golden, params = low.golden_input, low.golden_output, low.params
+    outputs = [dict(o) for o in model.outputs] if model.outputs else None
     return {
         "model": {"name": model.name, "source": model.source, "options": model.options},
         "variant": variant.name,
@@ -231,7 +246,8 @@ def _manifest(model: Model, variant: Variant, target: Target, low: Lowered, *, l
         "layers": layers,
         "totals": {"flops": int(sum(r["flops"] for r in layers)),
                    "bytes": int(sum(r["bytes_read"] + r["bytes_written"] for r in layers))},
-        "golden": golden_tolerance(low, seed),
+        "outputs": outputs,
+        "golden": golden_tolerance(low, seed, outputs),
         "tuning": low.tuning,
         "choice": low.choice or {"enabled": False},
         "variant_info": {"family": variant.family, "weight_bits": variant.weight_bits,

@@ -30,6 +30,7 @@ class Model:
     labels: list[str] | None = None
     layout: str = "NHWC"
     options: dict = field(default_factory=dict)
+    outputs: list[dict] | None = None  # several outputs: the manifest's "outputs" rows (models/outputs.py)
 
     def __str__(self) -> str:
         return f"Model {self.name} ({self.source}) input {self.input_name}{list(self.input_shape)} {self.input_dtype}"

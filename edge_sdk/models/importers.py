@@ -8,6 +8,7 @@ from pathlib import Path
 
 from edge_sdk.errors import ModelError
 from edge_sdk.models.base import Model, Preprocess, model_name
+from edge_sdk.models.outputs import flatten_main, output_entries
 
 _TFLITE_DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 9: "int8", 7: "int16"}
 
@@ -90,15 +91,54 @@ def load_tflite(path: Path) -> Model:
         from edge_sdk.models.tflite_fold import converter_class
 
         mod = from_tflite(tfl, op_converter=converter_class())
-        out = sub.Tensors(sub.Outputs(0))
-        mod = _reshape_output(mod, tuple(int(v) for v in out.ShapeAsNumpy()))
+        names = _signature_names(tfl)
+        specs = [(names.get(int(sub.Outputs(i)), t.Name().decode()), tuple(int(v) for v in t.ShapeAsNumpy()),
+                  _TFLITE_DTYPES.get(t.Type(), "float32"))
+                 for i, t in ((i, sub.Tensors(sub.Outputs(i))) for i in range(sub.OutputsLength()))]
+        mod = _outputs(mod, specs, path)
+    except ModelError:
+        raise
     except Exception as e:  # noqa: BLE001 - the frontend raises many types; name the file and the op
         raise _unsupported(path, e) from e
     return Model(name=model_name(path), mod=_bind_params(mod), input_name=in_name, input_shape=shape,
-                 input_dtype=in_dtype, preprocess=pre, source=str(path))
+                 input_dtype=in_dtype, preprocess=pre, source=str(path),
+                 outputs=output_entries(specs) if len(specs) > 1 else None)
 
 
-def load_onnx(path: Path) -> Model:
+def _signature_names(tfl) -> dict[int, str]:
+    """{output tensor index: the name the model's author gave it} from the serving signature (Keras layer
+    names such as 'boxes', 'scores'), where the file has one; tensor names are 'StatefulPartitionedCall:0'."""
+    if not tfl.SignatureDefsLength():
+        return {}
+    sig = tfl.SignatureDefs(0)
+    return {int(sig.Outputs(i).TensorIndex()): sig.Outputs(i).Name().decode() for i in range(sig.OutputsLength())}
+
+
+def _outputs(mod, specs, path: Path):
+    """One output: reshaped to the file's shape; several: main returns their flat concatenation (models/outputs.py)."""
+    if len(specs) == 1:
+        return _reshape_output(mod, specs[0][1])
+    return flatten_main(mod, specs, path)
+
+
+def _onnx_input_dims(path: Path, inp, input_shape: tuple[int, ...] | None) -> list[int]:
+    """The input's dims: the file's, or `input_shape` (--input-shape) where the file has symbolic ones (N, H,
+    W ...); a symbolic dim with no --input-shape is a ModelError naming each one."""
+    dims = list(inp.type.tensor_type.shape.dim)
+    if input_shape is not None:
+        if len(input_shape) != len(dims) or any(d.dim_value and d.dim_value != v for d, v in zip(dims, input_shape)):
+            raise ModelError(f"{path}: --input-shape {','.join(map(str, input_shape))} does not fit input "
+                             f"'{inp.name}' of shape [{', '.join(d.dim_param or str(d.dim_value) for d in dims)}]")
+        return [int(v) for v in input_shape]
+    symbolic = [d.dim_param or "?" for d in dims if not d.dim_value]
+    if symbolic:
+        guess = ",".join(str(d.dim_value) if d.dim_value else ("1" if i == 0 else "224") for i, d in enumerate(dims))
+        raise ModelError(f"{path}: input '{inp.name}' has symbolic dims {','.join(symbolic)}: pass --input-shape "
+                         f"{guess} (the shape to compile for)")
+    return [int(d.dim_value) for d in dims]
+
+
+def load_onnx(path: Path, input_shape: tuple[int, ...] | None = None) -> Model:
     import onnx
 
     try:
@@ -111,7 +151,7 @@ def load_onnx(path: Path) -> Model:
     if len(inputs) != 1:
         raise ModelError(f"{path}: expected one image input, found {len(inputs)}")
     inp = inputs[0]
-    dims = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
+    dims = _onnx_input_dims(path, inp, input_shape)
     if len(dims) != 4:
         raise ModelError(f"{path}: input '{inp.name}' has rank {len(dims)}; expected a 4-D image")
     nchw = dims[1] in (1, 3) and dims[3] not in (1, 3)
@@ -121,8 +161,19 @@ def load_onnx(path: Path) -> Model:
     name = mod["main"].params[0].name
     nhwc = [dims[0], dims[2], dims[3], dims[1]] if nchw else dims
     _, pre = _image_input(path, name, nhwc, "float32")
+    specs = _onnx_output_specs(mod, proto)
+    if len(specs) > 1:
+        mod = flatten_main(mod, specs, path)
     return Model(name=model_name(path), mod=_bind_params(mod), input_name=name, input_shape=tuple(dims),
-                 input_dtype="float32", preprocess=pre, source=str(path), layout="NCHW" if nchw else "NHWC")
+                 input_dtype="float32", preprocess=pre, source=str(path), layout="NCHW" if nchw else "NHWC",
+                 outputs=output_entries(specs) if len(specs) > 1 else None)
+
+
+def _onnx_output_specs(mod, proto) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, dtype) of each graph output, shapes as the import inferred them."""
+    ret = mod["main"].body.body.ty
+    types = list(ret.fields) if hasattr(ret, "fields") else [ret]
+    return [(o.name, tuple(int(v) for v in t.shape), str(t.dtype)) for o, t in zip(proto.graph.output, types)]
 
 
 def load_tflite_int8(path: Path) -> Model:
@@ -189,9 +240,10 @@ def _is_float_tflite(path: Path) -> bool:
     return tflite.BuiltinOperator.QUANTIZE not in codes
 
 
-def load_model_file(path: Path, *, family: str = "float") -> Model:
+def load_model_file(path: Path, *, family: str = "float", input_shape: tuple[int, ...] | None = None) -> Model:
     """Load a model file for a variant family ("float", "int8", "bitserial"; "auto": int8 for a file the
-    int8 variant reads as it is, full-integer .tflite or QDQ ONNX, else float)."""
+    int8 variant reads as it is, full-integer .tflite or QDQ ONNX, else float). `input_shape` fixes an ONNX
+    file's symbolic input dims (--input-shape)."""
     if not path.is_file():
         raise ModelError(f"{path}: no such model file")
     suffix = path.suffix.lower()
@@ -212,6 +264,6 @@ def load_model_file(path: Path, *, family: str = "float") -> Model:
                 raise ModelError(f"{path}: a quantized (QDQ) ONNX file: the int8 variant compiles it (--variant "
                                  f"int8); the {family} variants need a float model")
             return model
-        return load_onnx(path)
+        return load_onnx(path, input_shape)
     raise ModelError(f"{path}: unknown model format '{suffix}' (expected .tflite or .onnx, or a zoo name)")
 

@@ -35,3 +35,14 @@ def run_tflite(path: Path, x: np.ndarray, *, threads: int = 1, reference_kernels
     it.set_tensor(it.get_input_details()[0]["index"], x)
     it.invoke()
     return it.get_tensor(it.get_output_details()[0]["index"]).copy()
+
+
+def run_tflite_outputs(path: Path, x: np.ndarray, *, threads: int = 1, reference_kernels: bool = False) -> list[np.ndarray]:
+    """Every output, in the file's output order (subgraph 0's outputs; LiteRT's details may list them otherwise)."""
+    import tflite
+
+    sub = tflite.Model.GetRootAsModel(path.read_bytes(), 0).Subgraphs(0)
+    it = make_interpreter(path, threads=threads, reference_kernels=reference_kernels)
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    return [it.get_tensor(int(sub.Outputs(i))).copy() for i in range(sub.OutputsLength())]
