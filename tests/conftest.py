@@ -10,8 +10,8 @@ import pytest
 DATA = Path(__file__).parent / "data"
 
 # compile's per-layer schedule choice on Pi targets (compile/choice) prices every candidate under qemu:
-# off for the suite's Pi compiles unless a test asks for it (tests/test_choice.py passes choose=True)
-os.environ.setdefault("EDGE_SDK_CHOICE", "0")
+# off for the suite's Pi compiles (whatever the shell says) unless a test asks (tests/test_choice.py: choose=True)
+os.environ["EDGE_SDK_CHOICE"] = "0"
 
 # Fixtures that compile a model or start an emulated Pi: a test that uses one is slow whatever its own
 # body does, so it is marked here rather than in every file (the quick lane is `pytest -m "not slow"`).

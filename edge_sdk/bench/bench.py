@@ -173,7 +173,7 @@ class BenchOptions:
     rounds: int = 3
     seed: int = 0
     ncnn_models: Path | None = None  # benchncnn's .param files by name (--ncnn-models)
-    choice: str = "on"  # compile's per-layer schedule choice on Pi targets: on, off, or both (a row each)
+    choice: str = "default"  # compile's per-layer schedule choice on Pi targets: on, off, both (a row each), default
 
     def to_json(self, *, rounds: int) -> dict:
         return {"variants": list(self.variants), "threads": list(self.threads), "peers": self.peers,
@@ -227,11 +227,12 @@ class Built:
     choose: bool | None = None  # compile's per-layer choice (None: compile's default)
 
 
-CHOICES = {"on": (None,), "off": (False,), "both": (None, False)}  # BenchOptions.choice -> compile's `choose`
+# BenchOptions.choice -> compile's `choose` ("default": compile's own, $EDGE_SDK_CHOICE)
+CHOICES = {"on": (True,), "off": (False,), "both": (True, False), "default": (None,)}
 
 
 def compile_all(model, names: Sequence[str], tgt, *, threads: Sequence[int], seed: int, say,
-                where: str = "", choice: str = "on") -> tuple[list[BenchRow], list[Built]]:
+                where: str = "", choice: str = "default") -> tuple[list[BenchRow], list[Built]]:
     """Each variant's package (cached_package); rows for the variants that are unavailable or do not compile.
     choice "both": each variant twice, with compile's per-layer schedule choice and without (--no-choice)."""
     rows: list[BenchRow] = []

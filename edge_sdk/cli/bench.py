@@ -34,9 +34,10 @@ def add_bench_parser(sub) -> None:
                    "(tools/build_qemu_plugins.sh, llvm-mc-14)")
     p.add_argument("--memory", action="store_true", help="with --emulate: also qemu's cache.c misses priced by the "
                    "instruction-count proxy (timing.proxy.A53Model) and its roofline verdict per row (slower)")
-    p.add_argument("--choice", choices=("on", "off", "both"), default="on",
-                   help="Pi targets: compile with the per-layer schedule choice by modelled A53 price (on, default), "
-                   "without it (off, as compile --no-choice), or both, a row each, side by side")
+    p.add_argument("--choice", choices=("on", "off", "both", "default"), default="default",
+                   help="Pi targets: compile with the per-layer schedule choice by modelled A53 price (on), without "
+                   "it (off, as compile --no-choice), or both, a row each, side by side (default: compile's default, "
+                   "$EDGE_SDK_CHOICE)")
     p.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default 3)")
     p.add_argument("--repeat", type=int, default=5, help="at least this many timed runs (default 5)")
     p.add_argument("--min-time-ms", type=float, default=1000.0, help="time each row at least this long (default 1000)")

@@ -22,8 +22,11 @@ def add_compile_parser(sub) -> None:
                    "with a warning)")
     p.add_argument("--no-tuning", action="store_true", help="use our hand schedules only, ignoring tuning records "
                    "(and no per-layer choice)")
-    p.add_argument("--no-choice", action="store_true", help="Pi targets: keep each kernel's rule instead of pricing "
-                   "every layer's candidate schedules on the modelled A53 clock (cached; see edge-sdk inspect)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--choice", action="store_true", default=None, help="Pi targets: price every layer's candidate "
+                   "schedules on the modelled A53 clock under qemu and keep the cheapest correct one (cached under "
+                   "$EDGE_SDK_CACHE/choice; see edge-sdk inspect). Default: $EDGE_SDK_CHOICE (off unless 1)")
+    g.add_argument("--no-choice", action="store_true", help="Pi targets: keep each kernel's rule (no per-layer choice)")
     p.add_argument("--tuning-records", type=Path, action="append", default=[], metavar="DIR",
                    help="also apply the tuning records under DIR/<target>/ (searched before the user's "
                    f"~/.local/share/edge-sdk/tuning and the shipped ones; {'/'.join(TUNABLE_VARIANTS)} only; "
@@ -71,7 +74,7 @@ def drive_compile(args) -> int:
         with using_key(args.sign_key), interrupts_stay_interrupts():
             result = compile_model(model, variant=variant, target=target, out=args.output, progress=progress,
                                    seed=args.seed, use_tuning=not args.no_tuning, tuning_roots=args.tuning_records,
-                                   choose=False if args.no_choice else None)
+                                   choose=False if args.no_choice else args.choice)
     if args.json:
         print_json({"package": str(result.package), "seconds": result.seconds,
                     "size_bytes": result.package.stat().st_size})

@@ -130,16 +130,18 @@ class Chooser:
                 "saved_cycles_est": round(sum(v["default_cycles"] - v["modelled_cycles"] for v in moved))}
 
 
-ENV = "EDGE_SDK_CHOICE"  # "0" / "off": compile_model's default is no choice (the test suite sets it)
+ENV = "EDGE_SDK_CHOICE"  # "1" / "on": compile_model's default is the choice (else off: opt in per compile)
 
 
 def wanted(choose: bool | None) -> bool:
-    """compile_model's `choose` (None: on unless $EDGE_SDK_CHOICE is 0/off/no)."""
+    """compile_model's `choose` (None: $EDGE_SDK_CHOICE, off unless 1/on/yes). Off by default while a
+    first-time choice costs minutes of qemu per model (no shipped records yet): every Pi compile and
+    bench of the team would otherwise price every layer."""
     import os
 
     if choose is not None:
         return choose
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "no", "false")
+    return os.environ.get(ENV, "0").strip().lower() in ("1", "on", "yes", "true")
 
 
 def applies(target) -> bool:

@@ -16,9 +16,13 @@ from edge_sdk.compiler.choice import Built, Site, Spec, register_candidates
 
 @register_candidates("int8.gemm8")
 def _gemm8_schedules(workload: dict) -> list[str]:
+    """Both outer orders with the named-temporary step; the temporary-free step only for 1x1 convs, the
+    layers where it once won (1c878bb): on 3x3 convs it priced ~2x (ResNet18 int8, 72d3fff; 28x28x64
+    here at 34621c1: 16.8 vs 8.6 M modelled cycles), so pricing it there only costs compile time."""
     from edge_sdk.compiler.int8.gemm_int8_smull_neon import GEMM8_SCHEDULES
 
-    return list(GEMM8_SCHEDULES)
+    one_by_one = workload["w"][:2] == [1, 1]
+    return [s for s in GEMM8_SCHEDULES if one_by_one or not s.endswith("/notmp")]
 
 
 def np_conv_int8(x: np.ndarray, w_hwio: np.ndarray, bias, rq, geom) -> np.ndarray:
