@@ -39,7 +39,8 @@ _SWEEP_MODEL = r"""sweep_model() {
 }
 """
 
-# $1: the install root. Layout, then sweep what cut runs left (never what `current` names).
+# $1: the install root. Layout, then sweep what cut runs left (never what `current` names); prints the
+# kernel's machine and the userland's word size (a 32-bit OS on a 64-bit kernel says aarch64, then 32).
 PREPARE_SH = r"""set -e
 mkdir -p "$1/runtime" "$1/packages" "$1/models"
 """ + _SWEEP_MODEL + r"""rt=$(readlink "$1/runtime/current" || true); live=${rt%%/*}
@@ -52,7 +53,8 @@ rm -f "$1"/packages/.*.part-*
 for m in "$1"/models/*; do
   if [ -d "$m" ] && [ ! -L "$m" ]; then sweep_model "$m"; fi
 done
-uname -m"""
+uname -m
+getconf LONG_BIT 2>/dev/null || true"""
 
 # $1 archive, $2 temporary folder, $3 bundle id; stdin: the bundle's sha256sum checklist.
 EXTRACT_RUNTIME_SH = r"""set -e

@@ -90,9 +90,24 @@ def _check_bundle_archive(archive: Path, top: str) -> None:
 
 
 def prepare(conn) -> str:
-    """Create the layout, sweep what cut runs left (never what current or previous names); `uname -m`."""
+    """Create the layout, sweep what cut runs left (never what current or previous names); `uname -m`,
+    after refusing a 32-bit OS by name (check_64_bit)."""
     with device_lock(conn, "prepare"):
-        return conn.run(["sh", "-c", PREPARE_SH, "sh", REMOTE_ROOT], timeout=300).stdout.strip()
+        out = conn.run(["sh", "-c", PREPARE_SH, "sh", REMOTE_ROOT], timeout=300).stdout.split()
+    return check_64_bit(conn.device, out[0] if out else "", out[1] if len(out) > 1 else "")
+
+
+def check_64_bit(device, machine: str, bits: str) -> str:
+    """`machine` (uname -m), unless the device runs a 32-bit ARM OS: the runtime bundle and the packages
+    are aarch64 builds, which a 32-bit userland (armv6l, armv7l, or armhf on a 64-bit kernel) cannot run."""
+    if machine.startswith("arm") or (machine == "aarch64" and bits == "32"):
+        what = machine if machine != "aarch64" else "a 64-bit kernel (aarch64) with a 32-bit (armhf) userland"
+        raise DeviceError(
+            f"device {device}: it runs a 32-bit ARM OS ({what}); edge-sdk's device runtime and packages are "
+            "64-bit (aarch64) only",
+            hint="install Raspberry Pi OS (64-bit), Bookworm or Trixie (arm64), e.g. with Raspberry Pi Imager: "
+                 "a Pi 3, Pi Zero 2 W, Pi 4 or Pi 5 runs it (a Pi 1, Zero or Zero W, ARMv6, cannot)")
+    return machine
 
 
 def push_trusted_keys(conn) -> None:
