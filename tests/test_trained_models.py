@@ -272,3 +272,17 @@ def test_symbolic_onnx_compiles_with_input_shape_and_matches_onnxruntime(tmp_pat
     saved = np.load(tmp_path / "o.npz")
     for name, peer in zip(["boxes", "scores"], _ort(SYM, x)):
         _close(saved[name], peer)
+
+
+def test_custom_ops_are_named(capsys):
+    from edge_sdk.cli import main
+    from edge_sdk.errors import ModelError
+    from edge_sdk.models.importers import load_model_file
+
+    path = DATA / "custom_op_bessel_float.tflite"
+    with pytest.raises(ModelError, match="custom operators are not supported: BesselI0e") as info:
+        load_model_file(path)
+    assert str(path) in str(info.value)
+    assert main(["compile", str(path), "-o", "/nonexistent/x.edgepkg"]) == ModelError.exit_code
+    err = capsys.readouterr().err
+    assert "BesselI0e" in err and "Traceback" not in err

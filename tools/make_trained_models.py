@@ -11,6 +11,7 @@ Files (seeded random weights, SEED below; tests/data/trained/README.md lists the
     gray_48x48_1ch_float.tflite             48x48x1 grayscale classifier, logits scaled into the hundreds
     two_heads_32_float.tflite               32x32x3, two outputs as detectors have: boxes 1x64x4, scores 1x64x1
     onnx_two_heads_symbolic_opset13.onnx    torch.onnx.export, input 'images' N,3,H,W symbolic; boxes, scores
+    custom_op_bessel_float.tflite           a CUSTOM op (BesselI0e): the error must name it
 """
 from __future__ import annotations
 
@@ -100,6 +101,26 @@ def onnx_two_heads_symbolic() -> None:
     print(f"{OUT / name}: {(OUT / name).stat().st_size} bytes")
 
 
+def custom_op() -> None:
+    """allow_custom_ops with an op TFLite has no builtin for: a CUSTOM op named BesselI0e (as segmentation
+    models ship Convolution2DTransposeBias)."""
+    import tensorflow as tf
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, 8, 8, 3], tf.float32)])
+        def f(self, x):
+            return tf.math.bessel_i0e(tf.nn.relu(x))
+
+    m = M()
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([m.f.get_concrete_function()], m)
+    conv.allow_custom_ops = True
+    data = conv.convert()
+    name = "custom_op_bessel_float.tflite"
+    (OUT / (name + ".tmp")).write_bytes(data)
+    os.replace(OUT / (name + ".tmp"), OUT / name)
+    print(f"{OUT / name}: {len(data)} bytes")
+
+
 def main() -> None:
     import tf_keras as keras
 
@@ -110,6 +131,7 @@ def main() -> None:
         keras.utils.set_random_seed(SEED + i)
         _save(fn(), name)
     onnx_two_heads_symbolic()
+    custom_op()
 
 
 if __name__ == "__main__":

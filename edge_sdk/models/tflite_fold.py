@@ -174,8 +174,33 @@ def _convert_op_to_relax(self):
             self.exp_tab.set_expr(_name(self, t.tensor_idx), ret[k])
 
 
+def custom_ops(model, subgraph) -> dict[str, int]:
+    """{custom op name: how many} of a subgraph (BuiltinOperator CUSTOM, named by its custom_code), except
+    TFLite_Detection_PostProcess, which the frontend reads."""
+    from tflite.BuiltinOperator import BuiltinOperator
+
+    found: dict[str, int] = {}
+    for i in range(subgraph.OperatorsLength()):
+        code = model.OperatorCodes(subgraph.Operators(i).OpcodeIndex())
+        if max(code.BuiltinCode(), code.DeprecatedBuiltinCode()) != BuiltinOperator.CUSTOM:
+            continue
+        name = (code.CustomCode() or b"?").decode(errors="replace")
+        if name != "TFLite_Detection_PostProcess":
+            found[name] = found.get(name, 0) + 1
+    return found
+
+
+def _check_unsupported_ops(self):
+    """Custom ops by name first (the frontend says only 'Custom operators are currently not supported')."""
+    found = custom_ops(self.model, self.subgraph)
+    if found:
+        names = ", ".join(f"{n} (x{c})" if c > 1 else n for n, c in found.items())
+        raise NotImplementedError(f"custom operators are not supported: {names}")
+    return _base().check_unsupported_ops(self)
+
+
 def converter_class():
     """The frontend's OperatorConverter with the folding above (built lazily: tvm is a heavy import)."""
     return type("FoldingConverter", (_base(),), {
         "known": _known, "get_tensor_value": _get_tensor_value, "static_shape": _static_shape, "fold": _fold,
-        "convert_op_to_relax": _convert_op_to_relax})
+        "convert_op_to_relax": _convert_op_to_relax, "check_unsupported_ops": _check_unsupported_ops})
