@@ -52,8 +52,8 @@ def test_one_registration_reaches_the_reference_and_the_kernel_emitter(monkeypat
 
     monkeypatch.setitem(registry.OPS, "TANH_COPY", replace(registry.OPS["TANH"], kind="TANH_COPY", onnx=()))
     x = np.random.default_rng(0).integers(-128, 128, (1, 4, 4, 8)).astype(np.int8)
-    got = ref.eval_more(_unary_graph("TANH_COPY"), _unary_graph("TANH_COPY").ops[0], {0: x})
-    want = ref.eval_more(_unary_graph("TANH"), _unary_graph("TANH").ops[0], {0: x})
+    got = ref.eval_registered(_unary_graph("TANH_COPY"), _unary_graph("TANH_COPY").ops[0], {0: x})
+    want = ref.eval_registered(_unary_graph("TANH"), _unary_graph("TANH").ops[0], {0: x})
     assert got.dtype == np.int8 and np.array_equal(got, want) and len(np.unique(got)) > 8
     assert registry.resolve(registry.of("TANH_COPY").kernel).__name__ == "emit_unary"
 

@@ -21,9 +21,10 @@ from edge_sdk.graph.int8 import ACT_NAMES as ACT_NAMES, Int8Graph, Op, Tensor  #
 from edge_sdk.models import tflite_int8_ops as registered
 from edge_sdk.quant import int8 as q8
 
-SUPPORTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "AVERAGE_POOL_2D", "MAX_POOL_2D",
+CORE = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "AVERAGE_POOL_2D", "MAX_POOL_2D",
              "MEAN", "RESHAPE", "SQUEEZE", "PAD", "PADV2", "CONCATENATION", "SOFTMAX", "LOGISTIC",
-             "QUANTIZE", "DEQUANTIZE") + registered.MORE  # + the registered ops (graph/ops)
+             "QUANTIZE", "DEQUANTIZE")  # read here; the rest (and ADD, LOGISTIC's options) from graph/ops
+SUPPORTED = CORE + tuple(k for k in registry.kinds() if k not in CORE)
 _DTYPES = {0: "float32", 2: "int32", 3: "uint8", 4: "int64", 7: "int16", 9: "int8"}
 _PAD = {0: "SAME", 1: "VALID"}
 

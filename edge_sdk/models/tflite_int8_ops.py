@@ -9,8 +9,6 @@ from edge_sdk.graph import ops as registry
 
 CORE_SAME_QUANT = ("CONCATENATION",)  # a core op (not registered) that moves values too
 CORE_ALL_DATA = ("CONCATENATION",)
-# the registered kinds beyond the core reader's own list (models/tflite_int8.SUPPORTED's first part)
-MORE = tuple(k for k in registry.kinds() if k not in ("ADD", "LOGISTIC"))
 
 
 def data_inputs(op) -> list[int]:

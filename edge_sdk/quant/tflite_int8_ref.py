@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from edge_sdk.errors import ModelError
+from edge_sdk.graph import ops as registry
 from edge_sdk.graph.int8 import Int8Graph, Op
 from edge_sdk.quant import int8 as q8, int8_nonlinear as qn
-from edge_sdk.quant.tflite_int8_ref_ops import MORE_KINDS, add_params, eval_more, op_act
+from edge_sdk.quant.tflite_int8_ref_ops import add_params, eval_registered, op_act
 
 __all__ = ["add_params", "conv_params", "eval_op", "op_act", "run_reference"]
 
@@ -40,8 +41,8 @@ def eval_op(g: Int8Graph, op: Op, env: dict[int, np.ndarray]) -> np.ndarray:
                                    depth_multiplier=t_out.shape[-1] // t_in.shape[-1])
     if k == "FULLY_CONNECTED":
         return q8.fully_connected(x, *conv_params(g, op)).reshape(t_out.shape)
-    if k in MORE_KINDS:  # ADD: a constant or broadcast operand too
-        return eval_more(g, op, env)
+    if registry.of(k) is not None:  # graph/ops: ADD (any operands), MUL, HARD_SWISH, SPLIT ...
+        return eval_registered(g, op, env)
     if k in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
         fn = q8.avg_pool if k == "AVERAGE_POOL_2D" else q8.max_pool
         return fn(x, kh=o["filter"][0], kw=o["filter"][1], stride=o["stride"], padding=o["padding"],

@@ -10,7 +10,6 @@ from edge_sdk.graph import ops as registry
 from edge_sdk.graph.int8 import ACT_NAMES, Int8Graph, Op
 from edge_sdk.quant import int8 as q8, int8_layout as ql, int8_pointwise as qp
 
-MORE_KINDS = registry.kinds()  # the kinds eval_more computes: every registered op
 
 
 def operand(g: Int8Graph, env: dict, i: int) -> np.ndarray:
@@ -133,7 +132,7 @@ def binary(g: Int8Graph, op: Op, a, b):
     return registry.resolve(registry.of(op.kind).reference)(g, op, a, b)
 
 
-def eval_more(g: Int8Graph, op: Op, env: dict):
+def eval_registered(g: Int8Graph, op: Op, env: dict):
     """One registered op (graph/ops) by its entry's reference; SPLIT/SPLIT_V return a list; None if not one."""
     d = registry.of(op.kind)
     if d is None:
