@@ -22,8 +22,9 @@ def add_tune_parser(sub) -> None:
     add_model_options(p)
     p.add_argument("--variant", default=BASELINE, help=f"a tunable variant: {', '.join(TUNABLE_VARIANTS)} "
                    f"(default {BASELINE}; the int8 and bitserial kernels have no tunable workload yet)")
-    p.add_argument("--target", default="host", help=f"{', '.join(TARGET_NAMES)}: host, or a Pi target with "
-                   "--device/--fleet")
+    p.add_argument("--target", default="host", help=f"{', '.join(TARGET_NAMES)}: host, a Pi target with "
+                   "--device/--fleet, or a Cortex-A53 Pi (pi3, pi3plus, pi-zero2w) without a device: candidates "
+                   "then run under qemu and are timed by the modelled A53 clock")
     p.add_argument("--trials", type=int, default=32, help="MetaSchedule trials per kernel workload (default 32)")
     p.add_argument("--kernel", action="append", default=[], metavar="NAME",
                    help="tune only this kernel (edge_dw_3) or kind (dw, conv, gemm, pool); repeatable")

@@ -127,6 +127,13 @@ class Measurer:
             self.runner = make_device_runner(device=remote.device, fleet=remote.fleet, target=target,
                                              known_hosts=remote.known_hosts)
             self.closer = getattr(self.runner, "close", None)
+        elif modelled(target):
+            from edge_sdk.tune.device_runner import export_for
+            from edge_sdk.tune.modelled_runner import ModelledRunner
+
+            self.where = "the modelled A53 clock (qemu)"
+            self.builder = PooledBuilder(export_for(target))
+            self.runner = ModelledRunner(target)
         else:
             check_local(target)
             self.builder = PooledBuilder()
@@ -167,12 +174,19 @@ class Measurer:
                     shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
 
 
+def modelled(target) -> bool:
+    """A Pi target with no device: candidates are priced by the modelled A53 clock (tune/modelled_runner.py)."""
+    from edge_sdk.compiler.choice.chooser import applies
+
+    return target.arch != _host_arch() and applies(target)
+
+
 def check_local(target) -> None:
-    """Refuse to tune a target this machine cannot run: its times would be no times at all."""
-    if target.arch != _host_arch():
+    """Refuse to tune a target this machine cannot run (or model): its times would be no times at all."""
+    if target.arch != _host_arch() and not modelled(target):
         raise UsageError(
-            f"--target {target.name}: this {_host_arch()} host cannot time {target.arch} code; tune on "
-            f"a device with --device NAME --fleet FLEET (a real Pi, or the emulated Pi of the "
+            f"--target {target.name}: this {_host_arch()} host cannot time {target.arch} code (only the "
+            f"Cortex-A53 Pis have a modelled clock); tune on a device with --device NAME --fleet FLEET (a real Pi, or the emulated Pi of the "
             f"fleet stand-ins, whose times are qemu's, not an A53's)")
 
 
