@@ -11,7 +11,7 @@
 Everything started is stopped in a `finally` (also on Ctrl-C and SIGTERM). The Pi is emulated (qemu
 on this machine), so its time per frame is the emulator's, not a Pi's: the table and the results store
 give the emulated Pi's packages their modelled Pi 3 ms instead (the Cortex-A53 timing model over each
-pi3 package at --threads, computed once per package: edge_sdk/modelled.py), and speedups use those;
+pi3 package at --threads, computed once per package: edge_sdk/timing/package_figures.py), and speedups use those;
 the emulator's wall time is shown only as "QEMU wall time (emulator speed, not a Pi)".
 """
 from __future__ import annotations
@@ -87,7 +87,7 @@ def run_demo(opts: DemoOptions) -> DemoReport:
     notes: list[str] = []
     targets = [t.name for t in stand_in_targets() if opts.host or not t.is_host]
     pkgs = compile_variants(opts, targets, say=say, notes=notes)
-    from edge_sdk.modelled import model_all
+    from edge_sdk.timing.package_figures import model_all
     from edge_sdk.targets import get_target
 
     modelled = model_all([p for t in targets if get_target(t).stand_in == "emulated_pi" for p in pkgs[t]],
@@ -270,7 +270,7 @@ def record(lines: Path, *, device: str, kind: str, packages, deploy_report, opts
     """One results-store run per variant from the app's JSON lines; returns the table rows. On the emulated
     Pi the app's times are the emulator's (QEMU wall time): each run also carries its package's modelled
     Pi figures, and the row's `ms` (what speedups use) is the modelled one."""
-    from edge_sdk.bench.rows import latency_stats
+    from edge_sdk.runtime.result import latency_stats
     from edge_sdk.package import read_manifest
     from edge_sdk.results.store import ResultsStore
 
@@ -312,7 +312,7 @@ def record(lines: Path, *, device: str, kind: str, packages, deploy_report, opts
 def _pi_time(run_json: dict, fig: dict | None) -> dict:
     """A row's `ms` (the figure its speedup uses) and what it is: measured on a real device; on the emulated
     Pi the modelled Pi ms (None without one: the emulator's wall time, `qemu_wall_ms`, is never used)."""
-    from edge_sdk.modelled import modelled_label
+    from edge_sdk.labels import modelled_label
 
     median = run_json["latency_ms"]["median"]
     if not run_json["emulated"]:
@@ -338,7 +338,8 @@ def print_table(report: DemoReport, opts: DemoOptions) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from edge_sdk.modelled import QEMU_WALL, model_version
+    from edge_sdk.labels import QEMU_WALL
+    from edge_sdk.timing.package_figures import model_version
 
     t = Table(title=f"{opts.model} (alpha {opts.alpha}, {opts.resolution}x{opts.resolution}), apps/classify on the "
                     f"device, {opts.threads} thread(s); the Pi is emulated (qemu): its ms are modelled Pi ms "

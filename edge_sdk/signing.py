@@ -5,7 +5,7 @@
     verify_manifest(manifest_bytes, sig, where="m.edgepkg")   # SignatureError (exit 6) unless trusted
 
 The signature covers the exact bytes of manifest.json, which records every member's sha256 and
-size (runtime/verify_package.py checks both; the device runs the same file from its bundle). The
+size (runtime/device/verify_package.py checks both; the device runs the same file from its bundle). The
 store lives under ${EDGE_SDK_DATA:-~/.local/share/edge-sdk}/keys/: signing.key (the private seed,
 mode 0600) and trusted.json (public keys and the names they were trusted under). A key made here
 is trusted here at once; another machine's key is trusted with `edge-sdk keys trust`. Crypto:
@@ -30,7 +30,7 @@ from pathlib import Path
 from nacl.signing import SigningKey
 
 from edge_sdk.errors import PackageError, UsageError
-from edge_sdk.runtime.verify_package import SIGNATURE, SIGNATURE_FORMAT, Refused, check_signature, key_id
+from edge_sdk.runtime.device.verify_package import SIGNATURE, SIGNATURE_FORMAT, Refused, check_signature, key_id
 
 KEY_FORMAT = "edge-sdk-signing-key/1"
 TRUST_FORMAT = "edge-sdk-trusted-keys/1"

@@ -241,10 +241,25 @@ def test_the_climb_rule_sees_a_climb():
 
 # -- folder dependencies point one way (docs/ARCHITECTURE.md, "Layers") ------------------------------------------
 # (importer, imported, why that edge would be backwards); a module matches a name it equals or lies below.
+def _never(src: str, dsts: str, why: str) -> list[tuple[str, str, str]]:
+    return [(f"edge_sdk.{src}", f"edge_sdk.{d}", why) for d in dsts.split()]
+
+
 ONE_WAY: list[tuple[str, str, str]] = [
-    ("edge_sdk.timing", "edge_sdk.bench", "bench prices its rows with the timing model, not the other way"),
-    ("edge_sdk.qemu", "edge_sdk.timing", "the timing model watches the qemu runner's runs (runner.observed_by)"),
-    ("edge_sdk.qemu", "edge_sdk.bench", "bench, timing and the schedule chooser all run aarch64 code through qemu/"),
+    *_never("timing", "bench compiler fleet evaluation demo run tune",
+            "the timing model is below what it prices: bench rows, compile's schedule choice, run, the demo"),
+    *_never("qemu", "timing bench compiler fleet evaluation run",
+            "the qemu runner is below everything that runs aarch64 code here; the timing model watches it "
+            "(runner.observed_by)"),
+    *_never("runtime", "compiler fleet bench timing qemu run tune evaluation models quant demo",
+            "runtime/ (the device's files and the host's runner, bundle, RunResult) is below what drives it"),
+    *_never("fleet", "run bench demo evaluation timing compiler",
+            "fleet/ ships and runs packages; remote.py reports with runtime/result.py, which run.py shares"),
+    *_never("devices", "demo bench evaluation run", "the stand-in devices are below the demo that starts them"),
+    *_never("tune.store", "compiler tune.session tune.measure tune.kernels tune.device_runner",
+            "compile reads the tuning records through tune/store.py alone, below compiler/ and tuning itself"),
+    *_never("graph", "models quant", "the graph types are below both the readers (models/) and the references (quant/)"),
+    *_never("quant", "models", "the references never depend on the readers they check"),
 ]
 
 
@@ -267,3 +282,39 @@ def test_folder_dependencies_point_one_way():
 def test_the_one_way_rule_sees_a_backwards_edge():
     graph = {"edge_sdk.timing.run": {"edge_sdk.bench.emulate"}, "edge_sdk.bench.emulate": set()}
     assert _backwards(graph, ONE_WAY) == ["edge_sdk.timing.run imports edge_sdk.bench.emulate: " + ONE_WAY[0][2]]
+
+
+# -- runtime/device/ is exactly what ships to the device, and runs there with python3 + numpy + the bundle ------
+DEVICE = ROOT / "edge_sdk" / "runtime" / "device"
+DEVICE_IMPORTS = {"numpy", "tvm_ffi", "nacl", "edge_sdk_runtime", "__future__"}  # + the standard library
+DEVICE_OPTIONAL = {"PIL"}  # inside a function only, with an error naming the fix when absent (image files)
+
+
+def _bundle_constant(name: str):
+    tree = ast.parse((ROOT / "edge_sdk" / "runtime" / "bundle.py").read_text())
+    return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == name for t in n.targets))
+
+
+def test_runtime_device_imports_only_the_stdlib_numpy_tvm_ffi_nacl():
+    bad = []
+    for p in sorted(DEVICE.glob("*.py")):
+        tree = ast.parse(p.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                bad.append(f"{_rel(p)}:{node.lineno} relative import (the bundle's edge_sdk_runtime has no parent)")
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            allowed = DEVICE_IMPORTS | (set() if node in tree.body else DEVICE_OPTIONAL)
+            bad += [f"{_rel(p)}:{node.lineno} imports {n}" for n in names
+                    if n.split(".")[0] not in allowed and n.split(".")[0] not in sys.stdlib_module_names]
+    assert bad == []
+
+
+def test_the_bundle_ships_exactly_runtime_device():
+    files = {p.name for p in DEVICE.iterdir() if p.is_file() and p.name != "__init__.py"}
+    assert set(_bundle_constant("_PY_MODULES")) == {n for n in files if n.endswith(".py")}
+    assert set(_bundle_constant("_RUNNER_SOURCES")) == {n for n in files if n.endswith((".cc", ".h"))}
+    assert files == {n for n in files if n.endswith((".py", ".cc", ".h"))}, "runtime/device/ holds only what ships"
+    host = {p.name for p in (ROOT / "edge_sdk" / "runtime").glob("*") if p.suffix in (".cc", ".h")}
+    assert host == set(), f"runner sources outside runtime/device/: {host}"

@@ -114,7 +114,7 @@ def bundle_on_path(runtime, monkeypatch):
 
 def test_preprocess_is_the_bundles_copy_of_the_sdk_module_and_int8_quantizes_like_tflite(bundle_on_path):
     from edge_sdk.quant.int8 import quantize as ref_quantize
-    from edge_sdk.runtime import preprocess as sdk_pp
+    from edge_sdk.runtime.device import preprocess as sdk_pp
 
     pp = classify._pp()
     assert Path(pp.__file__).resolve().is_relative_to(bundle_on_path.resolve())

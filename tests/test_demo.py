@@ -88,7 +88,7 @@ def test_demo_recompiles_float32_after_a_tuning_record_lands(tmp_path, monkeypat
     writes must name a new float32 package; the demo's old cache key ignored the records and served the
     package built before the tune. int8 and bitserial apply no records: they stay cached."""
     from edge_sdk.demo import DemoOptions, compile_variants
-    from edge_sdk.tuning.store import repo_root, user_root
+    from edge_sdk.tune.store import repo_root, user_root
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))  # the user's records root, empty so far
     said: list[str] = []

@@ -14,7 +14,8 @@ import pytest
 
 from edge_sdk.cli import main
 from edge_sdk.demo import DemoOptions, DemoReport, _pi_time, add_speedups, print_table
-from edge_sdk.modelled import QEMU_WALL, model_version
+from edge_sdk.labels import QEMU_WALL
+from edge_sdk.timing.package_figures import model_version
 
 
 def _row(device, target, variant, wall, modelled):

@@ -19,7 +19,7 @@ import pytest
 from edge_sdk.cli import main
 from edge_sdk.evaluation.dataset import read_image, scan
 from edge_sdk.evaluation.samples import DIGITS_LABELS, write_digits
-from edge_sdk.runtime.preprocess import Preprocess
+from edge_sdk.runtime.device.preprocess import Preprocess
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import pytest
 from edge_sdk.compiler.build import GOLDEN_ATOL, GOLDEN_RANGE_TOL, Lowered, golden_tolerance
 from edge_sdk.errors import PackageError
 from edge_sdk.manifest_schema import check_manifest
-from edge_sdk.runtime.verify_package import Refused, check_members
+from edge_sdk.runtime.device.verify_package import Refused, check_members
 from tests.test_trust_manifest import full, minimal_manifest
 
 

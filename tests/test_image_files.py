@@ -14,7 +14,7 @@ import pytest
 
 from edge_sdk.cli import main
 from edge_sdk.evaluation.dataset import ImageError, read_image
-from edge_sdk.runtime.preprocess import ImageFileError, read_image_file
+from edge_sdk.runtime.device.preprocess import ImageFileError, read_image_file
 
 # PNG colour types: 0 grey, 2 RGB, 3 palette, 4 grey + alpha, 6 RGBA
 _CHANNELS = {0: 1, 2: 3, 4: 2, 6: 4, 3: 1}
@@ -146,8 +146,8 @@ def test_eval_and_run_refuse_the_bomb_and_the_big_images_with_exit_2(images, hos
 @pytest.mark.slow
 def test_run_feeds_the_model_the_scaled_16_bit_image(images, host_package, tmp_path):
     from edge_sdk.package import open_package
-    from edge_sdk.run import load_input
-    from edge_sdk.runtime.preprocess import model_input
+    from edge_sdk.runtime.result import load_input
+    from edge_sdk.runtime.device.preprocess import model_input
 
     pkg = open_package(host_package, tmp_path / "pkg")
     want = model_input(np.ascontiguousarray(_grey16_reference(256, 4)), pkg.manifest["input"])

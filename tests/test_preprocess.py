@@ -1,4 +1,4 @@
-"""edge_sdk/runtime/preprocess.py against Pillow (the independent reference) on real photographs.
+"""edge_sdk/runtime/device/preprocess.py against Pillow (the independent reference) on real photographs.
 
 The photographs are scikit-learn's sample images (china.jpg, flower.jpg, 427x640, shipped in its wheel);
 sizes larger and smaller than the model input come from crops and Pillow downscales of them.
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from edge_sdk.runtime import preprocess as pp
-from edge_sdk.runtime.preprocess import Preprocess, PreprocessError, model_input, quantize, resize
+from edge_sdk.runtime.device import preprocess as pp
+from edge_sdk.runtime.device.preprocess import Preprocess, PreprocessError, model_input, quantize, resize
 
 FILTERS = {"bilinear": Image.BILINEAR, "area": Image.BOX, "nearest": Image.NEAREST}
 

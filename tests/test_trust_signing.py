@@ -165,7 +165,7 @@ def test_sign_key_on_compile(tmp_path, stranger_key, capsys, monkeypatch):
 
 
 def test_the_device_verifier_imports_only_the_stdlib_and_pynacl():
-    """runtime/verify_package.py is what the device runs from its bundle (python3 -I, before the switch)
+    """runtime/device/verify_package.py is what the device runs from its bundle (python3 -I, before the switch)
     and what signing.py checks with here: stdlib and PyNaCl only -- no compiler, no numpy, no edge_sdk."""
     import ast
     import sys

@@ -117,7 +117,7 @@ def test_compile_applies_records_and_matches_reference(capsys, records, tiny, tm
     from edge_sdk.compiler.lower import compile_relax
     from edge_sdk.quant.relax_ref import evaluate
     from edge_sdk.targets import get_target
-    from edge_sdk.tuning.store import RecordSet
+    from edge_sdk.tune.store import RecordSet
 
     out, _ = records
     pkg = tmp_path / "m.edgepkg"
@@ -156,7 +156,7 @@ def test_record_of_another_workload_does_not_match(records, tiny, tmp_path):
     """A record whose stored workload differs (same hash, as after a collision or a hand edit) is no match."""
     from edge_sdk.compiler.lower import compile_relax
     from edge_sdk.targets import get_target
-    from edge_sdk.tuning.store import RecordSet
+    from edge_sdk.tune.store import RecordSet
 
     out, _ = records
     files = sorted((out / "host").glob("*.json"))
@@ -228,7 +228,7 @@ def test_shipped_records_are_valid():
     schedule won, replays on that workload."""
     import tvm_ffi
 
-    from edge_sdk.tuning.store import read_record, replay, repo_root, workload_hash
+    from edge_sdk.tune.store import read_record, replay, repo_root, workload_hash
 
     for path in sorted(repo_root().glob("*/*.json")):
         rec = read_record(path)

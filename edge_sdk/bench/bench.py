@@ -73,7 +73,7 @@ def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup:
               min_time_ms: float, caches=None) -> np.ndarray:
     """Time (or count) one package; fills the row; returns its golden input (for the peers)."""
     from edge_sdk.package import open_package
-    from edge_sdk.run import RunResult, golden_check, top_k
+    from edge_sdk.runtime.result import RunResult, golden_check, top_k
     from edge_sdk.runtime.execute import LocalRun, run_compiled
 
     with tempfile.TemporaryDirectory(prefix="edge-bench-") as tmp:

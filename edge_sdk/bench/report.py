@@ -41,7 +41,7 @@ def _miss_cols(r) -> list[str]:
 
 def _where(result, inst: bool, modelled: bool) -> str:
     if modelled:
-        from edge_sdk.modelled import modelled_label
+        from edge_sdk.labels import modelled_label
 
         board = next((r.timing["target"] for r in result.rows if r.timing), result.target)
         return (f"{modelled_label(board)} per inference (A53 timing model over the code qemu -cpu {result.emulate_cpu} "
@@ -123,7 +123,7 @@ def _modelled_extra(r, extra: dict) -> tuple[float, dict]:
                   "clock_mhz": r.memory["model"]["clock_ghz"] * 1000}
     if not r.modelled_ms:
         return r.memory["ms_at_clock"], extra
-    from edge_sdk.modelled import model_version
+    from edge_sdk.timing.package_figures import model_version
 
     return r.modelled_ms, extra | {"modelled_ms": r.modelled_ms, "modelled_cycles": r.modelled_cycles,
                                    "model_version": model_version(), "misses": r.misses,

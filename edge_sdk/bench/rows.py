@@ -1,14 +1,14 @@
 """Bench rows: what one (engine, variant, threads) measurement is, its status, and the ratios between rows.
 
 Statuses: ok, wrong output (the package's golden check failed), failed (with the error), unavailable
-(variant not landed, peer not set up). `latency_stats` is the latency dict every run JSON carries
-(run, remote run, bench, the demo's app runs).
+(variant not landed, peer not set up). The latency dict every run JSON carries (run, remote run, bench,
+the demo's app runs) is runtime/result.py's latency_stats.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
+from edge_sdk.runtime.result import latency_stats
 
 OK, WRONG, FAILED, UNAVAILABLE = "ok", "wrong output", "failed", "unavailable"
 SCHEMA = "edge-sdk.bench/1"
@@ -87,13 +87,6 @@ class BenchResult:
         return {"schema": SCHEMA, "model": self.model, "target": self.target, "device": self.device, "mode": self.mode,
                 "emulate_cpu": self.emulate_cpu, "options": self.options, "system": self.system,
                 "rows": [r.to_json() for r in self.rows], "store": self.store}
-
-
-def latency_stats(lat) -> dict:
-    """median, p10, p90, min and max of latencies in ms (every latency dict edge-sdk writes has these keys)."""
-    a = np.asarray(lat, np.float64)
-    return {"median": float(np.median(a)), "p10": float(np.percentile(a, 10)), "p90": float(np.percentile(a, 90)),
-            "min": float(a.min()), "max": float(a.max())}
 
 
 def failure(e: Exception) -> str:

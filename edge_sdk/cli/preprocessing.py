@@ -2,7 +2,7 @@
 
 They replace the model's defaults (a zoo model's training preprocessing; for a model file mean 127.5,
 std 127.5, bilinear, no crop, RGB, with a warning) and go into the package manifest (input.preprocess),
-which run, eval, the device app and calibration all follow (edge_sdk/runtime/preprocess.py).
+which run, eval, the device app and calibration all follow (edge_sdk/runtime/device/preprocess.py).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 
 from edge_sdk.errors import UsageError
-from edge_sdk.runtime.preprocess import CHANNEL_ORDERS, RESIZE_METHODS, PreprocessError
+from edge_sdk.runtime.device.preprocess import CHANNEL_ORDERS, RESIZE_METHODS, PreprocessError
 
 FILE_DEFAULT_WARNING = (
     "{src}: the file does not say how its images were normalised; assuming x = (pixel - 127.5) / 127.5, "

@@ -29,7 +29,7 @@ def add_tune_parser(sub) -> None:
     p.add_argument("--kernel", action="append", default=[], metavar="NAME",
                    help="tune only this kernel (edge_dw_3) or kind (dw, conv, gemm, pool); repeatable")
     p.add_argument("--out", type=Path, metavar="DIR", help="records root to write DIR/<target>/ "
-                   "(default ~/.local/share/edge-sdk/tuning; the repo's is edge_sdk/tuning/records)")
+                   "(default ~/.local/share/edge-sdk/tuning; the repo's is edge_sdk/tune/records)")
     p.add_argument("--list", action="store_true", help="list the model's kernel workloads and their records, tune nothing")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_device_options(p, device_help="time candidates on this device of --fleet (over SSH, with its runtime)")
@@ -38,7 +38,7 @@ def add_tune_parser(sub) -> None:
 
 def drive_tune(args: argparse.Namespace) -> int:
     from edge_sdk.targets import get_target
-    from edge_sdk.tuning.store import user_root
+    from edge_sdk.tune.store import user_root
     from edge_sdk.variants import get_variant
 
     variant, target = get_variant(args.variant), get_target(args.target)
@@ -76,7 +76,7 @@ def drive_tune(args: argparse.Namespace) -> int:
 
 def _list(model, target, out, args) -> int:
     from edge_sdk.tune.kernels import collect, select
-    from edge_sdk.tuning.store import RecordSet, default_roots
+    from edge_sdk.tune.store import RecordSet, default_roots
 
     workloads, plain = collect(model, target)
     workloads = select(workloads, args.kernel)

@@ -111,7 +111,7 @@ def tuning_records(target: Target, *, use: bool = True, extra: list[Path] = ()):
     None when `use` is False (compile --no-tuning)."""
     if not use:
         return None
-    from edge_sdk.tuning.store import RecordSet, default_roots
+    from edge_sdk.tune.store import RecordSet, default_roots
 
     return RecordSet([*extra, *default_roots()], target)
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from edge_sdk import __version__
 
 _PKG = Path(__file__).resolve().parents[1]  # edge_sdk/
-_SOURCE_DIRS = ("compiler", "models", "quant", "runtime", "tuning")
-_SOURCE_FILES = ("__init__.py", "package.py", "targets.py", "variants.py")
+_SOURCE_DIRS = ("compiler", "models", "quant", "runtime")
+_SOURCE_FILES = ("__init__.py", "package.py", "targets.py", "variants.py", "tune/store.py")  # records: tuning_digest
 
 
 @functools.cache
@@ -48,7 +48,7 @@ def tuning_digest(variant, *, use_tuning: bool = True, tuning_roots: Sequence[Pa
     """The record files compile would search for this variant; None when it applies none."""
     if not (use_tuning and applies_tuning(variant)):
         return None
-    from edge_sdk.tuning.store import default_roots, records_digest
+    from edge_sdk.tune.store import default_roots, records_digest
 
     return records_digest([*map(Path, tuning_roots), *default_roots()])
 

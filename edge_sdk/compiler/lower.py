@@ -11,7 +11,7 @@ Steps (each one a Relax pass over "main"):
    (ops/conv2d.py, depthwise.py, pool.py); weights are folded and pre-packed at compile time.
    A 1x1 conv runs as a GEMM on the (H*W, C) view; the reshapes around it become VM views.
    apply_tuning: a kernel whose workload matches a tuning record that `edge-sdk tune` won gets
-   the recorded MetaSchedule schedule instead of ours (edge_sdk/tuning/store.py).
+   the recorded MetaSchedule schedule instead of ours (edge_sdk/tune/store.py).
 3. TVM's default CPU legalization + fusion for the small rest (reshape, softmax, add, ...).
 4. lift_params: every tensor constant left in "main" becomes a parameter p0000, p0001, ... in call
    order, so weights ship in params.bin and the .so holds only code. Weights a kernel reads
@@ -85,7 +85,7 @@ def rewrite_kernels(mod: tvm.IRModule, target: tvm.target.Target, *,
 def apply_tuning(mod: tvm.IRModule, records) -> tuple[tvm.IRModule, list[dict]]:
     """Swap in tuned schedules where a record matches; drop every kernel's workload attribute.
 
-    `records`: an edge_sdk.tuning.store.RecordSet, or None (no tuning). A kernel keeps our schedule
+    `records`: an edge_sdk.tune.store.RecordSet, or None (no tuning). A kernel keeps our schedule
     unless a record for its exact workload and target says the tuned schedule won. Returns the
     module and, per replaced kernel, {"kernel": name, "record", "ours_ms", "tuned_ms", "trials"}."""
     from edge_sdk.compiler.ops.common import WORKLOAD_ATTR, mark_scheduled
@@ -202,7 +202,7 @@ def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: lis
     edge_sdk.targets.Target. Returns (executable, params) where the executable's "main" takes
     (input, p0000, p0001, ...) and params maps those names to numpy arrays. `kernel_sites`, when
     given, receives the PrimFunc calls of "main" in call order (compiler/kernel_map.py: call_sites),
-    for the manifest's per-layer "kernels". `tuning`: a tuning.store.RecordSet whose matching
+    for the manifest's per-layer "kernels". `tuning`: a tune.store.RecordSet whose matching
     records replace our schedules (None: ours everywhere); `tuned`, when given, receives one entry
     per kernel that runs a tuned schedule (apply_tuning). `chooser`: compile/choice's Chooser (None:
     choice.active(): the compile's, or every kernel's own rule).

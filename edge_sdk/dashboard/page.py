@@ -14,7 +14,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from edge_sdk.modelled import QEMU_WALL, modelled_label
+from edge_sdk.labels import QEMU_WALL, modelled_label
 from edge_sdk.results.store import SCHEMA_VERSION, ResultsStore, atomic_write
 
 CONV_OPS = ("conv", "dense", "matmul")  # substrings of an op name that make a layer "conv" (compute), else glue

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_sdk.errors import UsageError
-from edge_sdk.runtime.preprocess import ImageFileError, check_pixels, read_image_file
+from edge_sdk.runtime.device.preprocess import ImageFileError, check_pixels, read_image_file
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pnm", ".npy")
 
@@ -112,7 +112,7 @@ def _round_robin(groups: list[list[Sample]]) -> list[Sample]:
 
 def read_image(path: Path) -> np.ndarray:
     """(h, w, 3) uint8 RGB, at most MAX_IMAGE_PIXELS (as `run` reads its input). Pillow for compressed
-    formats (runtime/preprocess.py's read_image_file: bombs refused, 16-bit scaled); .ppm and .npy with
+    formats (runtime/device/preprocess.py's read_image_file: bombs refused, 16-bit scaled); .ppm and .npy with
     numpy alone."""
     path = Path(path)
     suffix = path.suffix.lower()

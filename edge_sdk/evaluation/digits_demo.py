@@ -8,7 +8,7 @@ The classifier is the digits ResNet18 (alpha 0.25, 32x32, 10 classes) that tools
 scikit-learn's handwritten digits: float32 from its float weights, int8 from TFLite's full-int8 conversion of
 them (edge_sdk/models/weights/digits_int8.tflite), w1a2 from its binarized training (STE). Its preprocessing
 is the training one (samples.DIGITS_PREPROCESS). The images are the 360 held-out digits (samples.py). Next
-to accuracy: the modelled Pi 3 time of one inference (edge_sdk/modelled.py, the Cortex-A53 timing model the
+to accuracy: the modelled Pi 3 time of one inference (edge_sdk/timing/package_figures.py, the Cortex-A53 timing model the
 demo's latency rows use; not a measurement) and the eval's own time per image on the device (on the
 emulated Pi that is QEMU wall time, the emulator's speed, not a Pi's).
 """
@@ -56,9 +56,9 @@ def compile_digits(target: str, *, folder: Path, say) -> list[Path]:
 
 
 def modelled_figures(package: Path, *, threads: int = 1) -> dict | None:
-    """Modelled Pi figures of one inference (edge_sdk/modelled.py: the Cortex-A53 timing model, cached per
+    """Modelled Pi figures of one inference (edge_sdk/timing/package_figures.py: the Cortex-A53 timing model, cached per
     package), what the demo's latency rows show; None when the model cannot price it (no plugins, ...)."""
-    from edge_sdk.modelled import modelled_package
+    from edge_sdk.timing.package_figures import modelled_package
 
     try:
         return modelled_package(package, threads=threads)[0]
@@ -102,7 +102,7 @@ def print_accuracy_table(rows: list[dict], console) -> None:
     emulated = any(r["emulated"] for r in rows)
     t = Table(title=f"digits ResNet18 (trained; alpha 0.25, 32x32): edge-sdk eval on {rows[0]['device']} over SSH, "
                     f"{rows[0]['images']} held-out digits")
-    from edge_sdk.modelled import QEMU_WALL
+    from edge_sdk.labels import QEMU_WALL
 
     for col in ("device", "target", "variant", "images", "top-1", "top-5", "modelled Pi 3 ms",
                 f"{QEMU_WALL}, ms per image" if emulated else "measured ms per image"):

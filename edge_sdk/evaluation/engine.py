@@ -4,9 +4,9 @@
     result = evaluate_package(Path("m.edgepkg"), folder, where=Where("host"))    # -> EvalResult
     result.top1, result.top5, result.per_class, result.to_json()
 
-Every image is decoded here (Pillow) and turned into the model input by edge_sdk/runtime/preprocess.py
+Every image is decoded here (Pillow) and turned into the model input by edge_sdk/runtime/device/preprocess.py
 with the package manifest's preprocessing (the module the device runs too). Then the inputs run:
-- "host": natively, in one process of the runtime bundle's Python loader (runtime/eval_batch.py);
+- "host": natively, in one process of the runtime bundle's Python loader (runtime/device/eval_batch.py);
 - "qemu": an aarch64 package on this x86 machine, under qemu-aarch64 with the target's CPU model: the aarch64
   guest Python (tools/build_qemu_plugins.sh --guest-python) runs eval_batch.py, or without it one edge-runner
   per image (slow: use --limit); either way the latency is the emulator's, not a Pi's;
@@ -32,9 +32,9 @@ import numpy as np
 from edge_sdk.errors import DeviceError, RuntimeFailure, UsageError
 from edge_sdk.evaluation.dataset import ImageFolder, read_image
 from edge_sdk.package import open_package
-from edge_sdk.runtime.preprocess import PreprocessError, model_input
+from edge_sdk.runtime.device.preprocess import PreprocessError, model_input
 
-EVAL_BATCH = Path(__file__).resolve().parent.parent / "runtime" / "eval_batch.py"
+EVAL_BATCH = Path(__file__).resolve().parent.parent / "runtime" / "device" / "eval_batch.py"
 CHUNK = 256  # inputs per upload / per runner process
 
 

@@ -45,7 +45,7 @@ def evaluate(packages: list[Path], *, images: Path, labels: Path | None = None, 
 
 def record(results: list[EvalResult], db: Path, *, modelled: dict[str, dict] | None = None) -> list[int]:
     """One results-store run per result (the dashboard's accuracy-vs-latency chart reads them). `modelled`:
-    package path -> its modelled Pi figures (edge_sdk/modelled.py), stored with an emulated run."""
+    package path -> its modelled Pi figures (edge_sdk/timing/package_figures.py), stored with an emulated run."""
     from edge_sdk.results.store import ResultsStore
 
     ids = []

@@ -26,7 +26,7 @@ DIGITS_LABELS = [str(i) for i in range(10)]
 
 def digit_image(digit8x8: np.ndarray, size: int) -> np.ndarray:
     """One 8x8 digit (0..16) -> (size, size, 3) uint8, nearest upscaling (Pillow's NEAREST arithmetic)."""
-    from edge_sdk.runtime.preprocess import resize
+    from edge_sdk.runtime.device.preprocess import resize
 
     grey = np.clip(np.rint(np.asarray(digit8x8, np.float64) * 255.0 / 16.0), 0, 255).astype(np.uint8)
     rgb = np.repeat(grey.reshape(8, 8, 1), 3, axis=2)

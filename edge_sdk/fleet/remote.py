@@ -49,7 +49,7 @@ def run_remote(device: Device, package: Path, how: RemoteRun | None = None, *, k
                connection_factory: Callable[..., Connection] = Connection) -> dict:
     """Run the package installed on `device` (found by its sha256) and report like `edge-sdk run --json`."""
     from edge_sdk.package import open_package
-    from edge_sdk.run import load_input
+    from edge_sdk.runtime.result import load_input
 
     how = how or RemoteRun()
     pkg = LocalPackage.load(package)
@@ -100,8 +100,7 @@ def _run_installed(conn: Connection, pkg: LocalPackage, x: np.ndarray | None, ho
 
 def _report(device: Device, package: Path, m: dict, raw: dict, golden: dict, arch: str, out: np.ndarray,
             how: RemoteRun) -> dict:
-    from edge_sdk.bench.rows import latency_stats
-    from edge_sdk.run import top_k
+    from edge_sdk.runtime.result import latency_stats, top_k
 
     lat = np.asarray(raw["latencies_ms"])
     prof = {}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_sdk.runtime.preprocess import Preprocess  # noqa: F401 - the one preprocessing (resize, crop, mean/std, ...)
+from edge_sdk.runtime.device.preprocess import Preprocess  # noqa: F401 - the one preprocessing (resize, crop, mean/std, ...)
 
 
 def model_name(path: Path) -> str:

@@ -43,7 +43,7 @@ class PTQResult:
 
 def load_images(folder: Path, model, *, limit: int = 256) -> list[np.ndarray]:
     """Every image in the folder (sorted by name, at most `limit`), preprocessed to the model input."""
-    from edge_sdk.runtime.preprocess import ImageFileError, read_image_file
+    from edge_sdk.runtime.device.preprocess import ImageFileError, read_image_file
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -57,7 +57,7 @@ def load_images(folder: Path, model, *, limit: int = 256) -> list[np.ndarray]:
             arr = read_image_file(p)
         except ImageFileError as e:
             raise UsageError(str(e)) from e
-        out.append(model.preprocess.apply(arr, layout=model.layout))  # runtime/preprocess.py, as eval and the device
+        out.append(model.preprocess.apply(arr, layout=model.layout))  # runtime/device/preprocess.py, as eval and the device
     return out
 
 

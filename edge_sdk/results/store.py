@@ -6,7 +6,7 @@ and the package's layer table stored once per package sha256 (the roofline needs
 per layer) -> `query` / `export_csv` / `export_json` / the dashboard.
 
 The schema version lives in SQLite's `user_version` pragma. An older edge-sdk refuses a newer file
-with a clear error instead of misreading it; every write is one transaction. Modelled Pi time: results/modelled.py.
+with a clear error instead of misreading it; every write is one transaction. Modelled Pi time: results/modelled_columns.py.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from edge_sdk.errors import ConfigError, UsageError
 from edge_sdk.files import honour_umask
-import edge_sdk.results.modelled as modelled
+import edge_sdk.results.modelled_columns as modelled
 
 SCHEMA_VERSION = 1
 
@@ -54,7 +54,7 @@ CREATE TABLE IF NOT EXISTS measurements (
     latency_median_ms REAL NOT NULL, latency_min_ms REAL NOT NULL, latency_max_ms REAL NOT NULL,
     latency_p10_ms REAL, latency_p90_ms REAL, repeats INTEGER NOT NULL, load_ms REAL,
     per_layer_ms TEXT NOT NULL DEFAULT '[]', accuracy REAL, golden_ok INTEGER, golden_max_abs_err REAL,
-    modelled_ms REAL, modelled_cycles REAL, model_version TEXT  -- results/modelled.py
+    modelled_ms REAL, modelled_cycles REAL, model_version TEXT  -- results/modelled_columns.py
 );
 CREATE INDEX IF NOT EXISTS measurements_by_run ON measurements(run_id);
 """

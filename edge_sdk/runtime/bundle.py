@@ -55,7 +55,9 @@ _SYSTEM_LIBS = frozenset({
 # Newest symbol versions bookworm provides (glibc 2.36, gcc 12).
 _SYSTEM_MAX = {"GLIBC": (2, 36), "GLIBCXX": (3, 4, 30), "CXXABI": (1, 3, 13)}
 _HERE = Path(__file__).resolve().parent
-_PY_MODULES = ("loader.py", "preprocess.py", "eval_batch.py", "verify_package.py")  # stdlib + numpy/nacl: on the device
+_DEVICE = _HERE / "device"  # what ships: the Python modules below and the runner's sources
+_PY_MODULES = ("loader.py", "preprocess.py", "eval_batch.py", "verify_package.py")  # runtime/device/*.py, in this order
+_RUNNER_SOURCES = ("runner.cc", "runner_profile.h", "runner_kernel.h")  # runtime/device/: edge-runner's C++
 _BUILD_REV = "5"  # bump when the build recipe below changes (4: edge-runner --kernel; 5: PyNaCl + verify_package.py)
 
 
@@ -163,8 +165,8 @@ def _inputs_key(arch: str, cxx: str) -> str:
     for part in (_BUILD_REV, arch, TVM_VERSION, TVM_FFI_VERSION, PYNACL_VERSION, CFFI_VERSION,
                  version.splitlines()[0] if version else cxx):
         h.update(part.encode() + b"\0")
-    for name in ("runner.cc", "runner_profile.h", "runner_kernel.h", *_PY_MODULES):
-        h.update((_HERE / name).read_bytes())
+    for name in (*_RUNNER_SOURCES, *_PY_MODULES):
+        h.update((_DEVICE / name).read_bytes())
     h.update(_typing_extensions().read_bytes())
     return h.hexdigest()[:16]
 
@@ -185,7 +187,7 @@ def _build(root: Path, arch: str, cxx: str, key: str) -> dict:
     shutil.copy2(src / "tvm/lib/libtvm_runtime.so", root / "lib/libtvm_runtime.so")
     shutil.copy2(src / "tvm_ffi/lib/libtvm_ffi.so", root / "lib/libtvm_ffi.so")
     for name in _PY_MODULES:
-        shutil.copy2(_HERE / name, root / "edge_sdk_runtime" / name)
+        shutil.copy2(_DEVICE / name, root / "edge_sdk_runtime" / name)
     (root / "edge_sdk_runtime/__init__.py").write_text(
         '"""edge-sdk device runtime: `from edge_sdk_runtime.loader import load`."""\n')
     _copy_python(src / "tvm_ffi", root / "python")
@@ -194,10 +196,10 @@ def _build(root: Path, arch: str, cxx: str, key: str) -> dict:
         cxx, "-std=c++17", "-O2", "-s", "-fPIE", "-pie",
         # Header paths end up in error messages; map them so the binary (and so the version)
         # does not depend on where the cache or the checkout is.
-        f"-ffile-prefix-map={src}=/wheel", f"-ffile-prefix-map={_HERE}=/edge_sdk/runtime",
+        f"-ffile-prefix-map={src}=/wheel", f"-ffile-prefix-map={_DEVICE}=/edge_sdk/runtime",
         f"-I{src / 'tvm_ffi/include'}",
         f'-DEDGE_TVM_VERSION="{TVM_VERSION}"', f'-DEDGE_TVM_FFI_VERSION="{TVM_FFI_VERSION}"',
-        str(_HERE / "runner.cc"), "-o", str(root / "bin/edge-runner"),
+        str(_DEVICE / "runner.cc"), "-o", str(root / "bin/edge-runner"),
         f"-L{root / 'lib'}", "-Wl,--no-as-needed", "-ltvm_runtime", "-ltvm_ffi", "-Wl,--as-needed",
         "-Wl,-rpath,$ORIGIN/../lib",
     ]

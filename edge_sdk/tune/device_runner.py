@@ -7,7 +7,7 @@
 
 Why not TVM's RPCRunner: a Pi in the fleet runs no TVM RPC server and has no Python TVM; it has our
 SSH access (strict host keys) and the runtime bundle's edge-runner, which times a kernel with
-`--kernel` (runtime/runner_kernel.h) against the same libtvm_runtime that runs models there.
+`--kernel` (runtime/device/runner_kernel.h) against the same libtvm_runtime that runs models there.
 
 Per candidate: upload the .so into a scratch folder under ~/.edge-sdk over one SSH connection that
 lives as long as the runner, run `edge-runner --kernel` under the device's `timeout`, delete the

@@ -41,7 +41,7 @@ def collect(model, target) -> tuple[list[Workload], list[str]]:
 
     from edge_sdk.compiler.lower import prepare, rewrite_kernels
     from edge_sdk.compiler.ops.common import WORKLOAD_ATTR
-    from edge_sdk.tuning.store import workload_hash
+    from edge_sdk.tune.store import workload_hash
 
     if model.mod is None:
         raise CompileError(f"{model.source}: no float Relax graph to tune")

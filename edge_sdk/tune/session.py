@@ -27,7 +27,7 @@ from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, PyMeasureC
 from edge_sdk.runtime.bundle import cache_root
 from edge_sdk.tune.kernels import Workload
 from edge_sdk.tune.measure import Remote
-from edge_sdk.tuning import store
+from edge_sdk.tune import store
 
 # Evolutionary search sized for tens of trials, not thousands: the stock population (512) costs
 # ~50 s of sampling before the first candidate here; 128 with 2 genetic rounds takes a few seconds.

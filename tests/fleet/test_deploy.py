@@ -95,7 +95,7 @@ def test_new_version_keeps_previous_then_rollback_and_remote_run(fleet, v1, v2, 
     want = open_package(host_package, Path(tempfile.mkdtemp())).golden_output
     assert res["golden"]["ok"] and res["repeats"] == 3 and res["arch"] == "x86_64"
     assert res["top_k"][0]["class"] == int(np.argmax(want))
-    lat = res["latency_ms"]  # the latency dict every run JSON carries (bench.rows.latency_stats)
+    lat = res["latency_ms"]  # the latency dict every run JSON carries (runtime/result.py latency_stats)
     assert set(lat) == {"median", "p10", "p90", "min", "max"}
     assert 0 < lat["min"] <= lat["p10"] <= lat["median"] <= lat["p90"] <= lat["max"]
 

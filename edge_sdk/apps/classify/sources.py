@@ -216,7 +216,7 @@ def _preprocess_module():
         from edge_sdk_runtime import preprocess
     except ImportError:
         try:
-            from edge_sdk.runtime import preprocess
+            from edge_sdk.runtime.device import preprocess
         except ImportError:
             raise SourceError("reading .png/.jpg needs the runtime bundle (edge_sdk_runtime) on the path: "
                               "give --runtime, or use .ppm/.npy frames") from None

@@ -22,7 +22,7 @@ def root() -> Path:
 
 def key(site, hashes: dict[str, str], target) -> str:
     from edge_sdk import __version__
-    from edge_sdk.modelled import model_version
+    from edge_sdk.timing.package_figures import model_version
 
     text = json.dumps({"family": site.family, "workload": site.workload, "code": hashes, "timing": model_version(),
                        "edge_sdk": __version__, "target": target.name}, sort_keys=True, default=str)

@@ -120,7 +120,7 @@ class Chooser:
                 "candidates": {n: {k: v for k, v in r.items() if k != "schedule"} for n, r in results.items()}}
 
     def report(self) -> dict:
-        from edge_sdk.modelled import model_version
+        from edge_sdk.timing.package_figures import model_version
 
         moved = [v for v in self.layers.values() if v.get("default_cycles") and v.get("modelled_cycles")]
         return {"enabled": True, "target": self.target.name, "timing_model": model_version(),

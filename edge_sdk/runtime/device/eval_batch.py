@@ -5,7 +5,7 @@
         --inputs inputs.npy --out scores.npz [--threads K] [--warmup W]
 
 inputs.npy holds N model inputs stacked on a new first axis (each exactly the model's input tensor, as
-edge_sdk/runtime/preprocess.py made it); scores.npz gets `scores` (N, ...) and `latency_ms` (N,), the
+edge_sdk/runtime/device/preprocess.py made it); scores.npz gets `scores` (N, ...) and `latency_ms` (N,), the
 time of each model.run on this machine. The model is loaded once with the runtime bundle's Python loader
 (RUNTIME_DIR/edge_sdk_runtime/loader.py): python3 + numpy, no compiler, no edge_sdk. Prints one JSON
 line (count, load_ms, median_ms, tvm_ffi version) on success; exit 2 with a message on bad input,

@@ -1,6 +1,6 @@
 """The results store's modelled-time columns (issue 12): measurements.modelled_ms, modelled_cycles, model_version.
 
-They carry the Cortex-A53 timing model's figure for a run where one is known (edge_sdk/modelled.py; on
+They carry the Cortex-A53 timing model's figure for a run where one is known (edge_sdk/timing/package_figures.py; on
 an emulated Pi the latency columns are then the emulator's wall time, not a Pi's). They were added
 within schema 1, so nothing older misreads them: an older edge-sdk names the columns it writes and
 reads and ignores these. A file written before them gets them on its first read-write open

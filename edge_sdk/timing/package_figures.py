@@ -11,8 +11,8 @@ the target, the thread count and the model itself, so it is kept in
     $EDGE_SDK_CACHE/timing/packages/<package sha256>-<target>-t<threads>-<model version>.json
 
 and read back the next time (the demo runs the same cached packages again and again). The model
-version is a digest of the model's sources (edge_sdk/timing/*.py and its qemu plugin, timing.c): a
-changed model is recomputed, never served from an older one's figures. These are modelled Pi
+version is a digest of the model's sources (edge_sdk/timing/*.py, the qemu runner edge_sdk/qemu/*.py
+and the plugin's timing.c): a changed model is recomputed, never served from an older one's figures. These are modelled Pi
 figures, not measurements; every caller labels them so.
 """
 from __future__ import annotations
@@ -23,27 +23,22 @@ import json
 import time
 from pathlib import Path
 
+from edge_sdk.labels import modelled_label
 from edge_sdk.qemu import TIMING_PLUGIN
 
-_PKG = Path(__file__).resolve().parent
-QEMU_WALL = "QEMU wall time (emulator speed, not a Pi)"  # the label of an emulator's time, wherever it is shown
-_BOARDS = {"pi3": "Pi 3", "pi3plus": "Pi 3B+", "pi-zero2w": "Pi Zero 2 W"}
+_TIMING = Path(__file__).resolve().parent  # edge_sdk/timing
+_QEMU = _TIMING.parent / "qemu"  # the runner the profiles come from, and the plugin's source
 KEPT = ("modelled_ms", "modelled_cycles", "clock_ghz", "threads", "target", "instructions", "cycles_split",
         "misses", "dram_bytes", "functions")  # what the cache keeps of api.model_package's dict
 
 
 @functools.cache
 def model_version() -> str:
-    """'a53-' + a digest of the timing model's sources (the package's .py files and the plugin's C)."""
+    """'a53-' + a digest of the timing model's sources: timing/*.py, the qemu runner (qemu/*.py) and the plugin's C."""
     h = hashlib.sha256()
-    for p in sorted((_PKG / "timing").glob("*.py")) + [TIMING_PLUGIN]:
+    for p in sorted(_TIMING.glob("*.py")) + sorted(_QEMU.glob("*.py")) + [TIMING_PLUGIN]:
         h.update(p.name.encode() + b"\0" + p.read_bytes())
     return "a53-" + h.hexdigest()[:12]
-
-
-def modelled_label(target: str) -> str:
-    """'modelled Pi 3 ms': what a modelled figure is (the timing model at the target's clock)."""
-    return f"modelled {_BOARDS.get(target, target)} ms"
 
 
 def cache_dir() -> Path:
