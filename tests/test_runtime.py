@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_sdk.errors import CompileError, RuntimeFailure, UsageError
+from edge_sdk.errors import MissingDependency, RuntimeFailure, UsageError
 from edge_sdk.runtime import bundle as bundle_mod
 from edge_sdk.runtime import LocalRun, bundle_archive, ensure_bundle, read_bundle_manifest, run_compiled, verify_bundle
 from edge_sdk.runtime.execute import host_arch
@@ -133,7 +133,7 @@ def test_bundle_archive_holds_the_bundle():
 
 def test_missing_cross_compiler_names_the_package(monkeypatch):
     monkeypatch.setattr(bundle_mod.shutil, "which", lambda name: None)
-    with pytest.raises(CompileError) as e:
+    with pytest.raises(MissingDependency) as e:  # exit 9: a system program pip cannot bring (system_tools.py)
         ensure_bundle("aarch64", rebuild=True)
     assert "g++-aarch64-linux-gnu" in str(e.value)
 
