@@ -170,7 +170,8 @@ def test_the_device_verifier_imports_only_the_stdlib_and_pynacl():
     import ast
     import sys
 
-    from edge_sdk.runtime import bundle, verify_package
+    from edge_sdk.runtime import bundle
+    from edge_sdk.runtime.device import verify_package
 
     assert "verify_package.py" in bundle._PY_MODULES  # shipped in the runtime bundle
     tree = ast.parse(Path(verify_package.__file__).read_text())
