@@ -76,7 +76,7 @@ def test_folding_leaves_the_unfolded_ops_to_the_frontend():
 def test_grayscale_preprocessing_is_pillows_luma_then_resize():
     from PIL import Image
 
-    from edge_sdk.runtime.preprocess import Preprocess
+    from edge_sdk.runtime.device.preprocess import Preprocess
 
     rgb = np.random.default_rng(2).integers(0, 256, (61, 53, 3), dtype=np.uint8)
     pre = Preprocess(48, 48, (127.5,) * 3, (127.5,) * 3, channels=1)

@@ -67,7 +67,7 @@ def choice_digest(variant, target, *, choose: bool | None = None) -> str | None:
 
     if variant.family not in CHOOSES or not applies(target) or not wanted(choose):
         return None
-    from edge_sdk.modelled import model_version
+    from edge_sdk.timing.package_figures import model_version
 
     return model_version()
 
