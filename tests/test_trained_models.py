@@ -7,7 +7,8 @@ Item 1: two outputs (a detector's boxes and scores) through import, compile, the
 (.npz by output name) and --json, on the host and pi3. Item 5: a 1-channel (grayscale) input through the golden input, preprocessing (Pillow's convert("L") luma),
 compile and run from an image file. Item 7: the grayscale file's logits span hundreds; the golden check is
 relative to that range. Item 6: an ONNX file with symbolic N, H, W is refused naming them until --input-shape
-fixes them; then both its outputs match ONNX Runtime.
+fixes them; then both its outputs match ONNX Runtime. Items 2, 4: one net with its weights stored sparse
+(DENSIFY), float16 (DEQUANTIZE), sparse float16 (DENSIFY -> DEQUANTIZE) and dynamic-range int8 (hybrid).
 """
 from __future__ import annotations
 
@@ -286,3 +287,57 @@ def test_custom_ops_are_named(capsys):
     assert main(["compile", str(path), "-o", "/nonexistent/x.edgepkg"]) == ModelError.exit_code
     err = capsys.readouterr().err
     assert "BesselI0e" in err and "Traceback" not in err
+
+
+STORAGE = [DATA / f"weights_{k}.tflite" for k in ("sparse_float", "fp16_float", "sparse_fp16_float", "hybrid_int8")]
+
+
+@pytest.mark.parametrize("path", STORAGE, ids=lambda p: p.stem)
+def test_weight_storages_import_and_match_litert(path):
+    """Float storages match LiteRT on the same file; the hybrid file (LiteRT quantizes its activations on the
+    fly) matches LiteRT within LiteRT's own hybrid-vs-float spread (the sparse file is the float net)."""
+    from edge_sdk.models.importers import load_model_file
+    from edge_sdk.quant.relax_ref import evaluate
+
+    model = load_model_file(path)
+    for seed in (0, 1):
+        x = model.example_input(seed=seed)
+        ours, want = evaluate(model.mod, x), _litert(path, x)
+        if "hybrid" not in path.name:
+            _close(ours, want)
+            continue
+        assert model.options.get("hybrid")
+        spread = float(np.abs(want - _litert(STORAGE[0], x)).max())
+        assert spread > 0 and float(np.abs(ours - want).max()) <= 2 * spread
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", STORAGE, ids=lambda p: p.stem)
+def test_weight_storages_compile_and_run(path, tmp_path):
+    from edge_sdk.package import open_package
+    from edge_sdk.run import run_package
+
+    pkg = _compile(path, "host", tmp_path)
+    run = run_package(pkg, repeat=1, warmup=0, model=False)
+    assert run.golden_ok
+    p = open_package(pkg, tmp_path / "open")
+    want = _litert(path, p.golden_input)
+    if "hybrid" in path.name:  # LiteRT's int8 activations vs our float ones: within LiteRT's own spread
+        spread = float(np.abs(want - _litert(STORAGE[0], p.golden_input)).max())
+        assert float(np.abs(run.output - want).max()) <= 2 * spread
+    else:
+        _close(run.output, want)
+
+
+@pytest.mark.slow
+def test_hybrid_file_with_variant_int8_is_calibrated(tmp_path, capsys):
+    import json
+
+    from edge_sdk.cli import main
+
+    pkg = tmp_path / "h8.edgepkg"
+    assert main(["compile", str(STORAGE[3]), "--variant", "int8", "-o", str(pkg)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(pkg), "--repeat", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["golden"]["ok"] and doc["variant"] == "int8"

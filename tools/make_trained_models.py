@@ -12,6 +12,7 @@ Files (seeded random weights, SEED below; tests/data/trained/README.md lists the
     two_heads_32_float.tflite               32x32x3, two outputs as detectors have: boxes 1x64x4, scores 1x64x1
     onnx_two_heads_symbolic_opset13.onnx    torch.onnx.export, input 'images' N,3,H,W symbolic; boxes, scores
     custom_op_bessel_float.tflite           a CUSTOM op (BesselI0e): the error must name it
+    weights_{sparse,fp16,sparse_fp16}_float.tflite, weights_hybrid_int8.tflite: one net, four weight storages
 """
 from __future__ import annotations
 
@@ -121,6 +122,38 @@ def custom_op() -> None:
     print(f"{OUT / name}: {len(data)} bytes")
 
 
+def weight_storage() -> None:
+    """One small net (85 % of its conv / dense weights zero) as the converter stores weights: sparse (DENSIFY),
+    float16 (DEQUANTIZE), sparse float16 (DENSIFY -> DEQUANTIZE), dynamic-range int8 weights (hybrid)."""
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras as keras
+
+    L = keras.layers
+    inp = keras.Input((16, 16, 3))
+    x = L.GlobalAveragePooling2D()(L.Conv2D(16, 3, padding="same", activation="relu")(inp))
+    m = keras.Model(inp, L.Dense(10)(L.Dense(64, activation="relu")(x)))
+    rng = np.random.default_rng(SEED)
+    for layer in m.layers:
+        if isinstance(layer, (L.Dense, L.Conv2D)):
+            k, b = layer.get_weights()
+            k[rng.random(k.shape) < 0.85] = 0
+            layer.set_weights([k, b])
+    opt = tf.lite.Optimize
+    for name, opts, fp16 in [("weights_sparse_float.tflite", [opt.EXPERIMENTAL_SPARSITY], False),
+                             ("weights_fp16_float.tflite", [opt.DEFAULT], True),
+                             ("weights_sparse_fp16_float.tflite", [opt.EXPERIMENTAL_SPARSITY, opt.DEFAULT], True),
+                             ("weights_hybrid_int8.tflite", [opt.DEFAULT], False)]:
+        conv = tf.lite.TFLiteConverter.from_keras_model(m)
+        conv.optimizations = opts
+        if fp16:
+            conv.target_spec.supported_types = [tf.float16]
+        data = conv.convert()
+        (OUT / (name + ".tmp")).write_bytes(data)
+        os.replace(OUT / (name + ".tmp"), OUT / name)
+        print(f"{OUT / name}: {len(data)} bytes")
+
+
 def main() -> None:
     import tf_keras as keras
 
@@ -132,6 +165,8 @@ def main() -> None:
         _save(fn(), name)
     onnx_two_heads_symbolic()
     custom_op()
+    keras.utils.set_random_seed(SEED + 10)
+    weight_storage()
 
 
 if __name__ == "__main__":

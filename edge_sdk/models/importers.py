@@ -100,8 +100,11 @@ def load_tflite(path: Path) -> Model:
         raise
     except Exception as e:  # noqa: BLE001 - the frontend raises many types; name the file and the op
         raise _unsupported(path, e) from e
+    from edge_sdk.models.tflite_hybrid import hybrid_weights
+
+    hybrid = bool(hybrid_weights(tfl, sub))  # int8 weights, float activations: compiled as float (tflite_hybrid.py)
     return Model(name=model_name(path), mod=_bind_params(mod), input_name=in_name, input_shape=shape,
-                 input_dtype=in_dtype, preprocess=pre, source=str(path),
+                 input_dtype=in_dtype, preprocess=pre, source=str(path), options={"hybrid": True} if hybrid else {},
                  outputs=output_entries(specs) if len(specs) > 1 else None)
 
 

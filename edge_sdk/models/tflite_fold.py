@@ -190,6 +190,19 @@ def custom_ops(model, subgraph) -> dict[str, int]:
     return found
 
 
+def _get_tensors(self, tensors_idx_list):
+    """The frontend's tensor wrappers, with a dynamic-range file's int8 weights as float32 constants."""
+    from tvm.relax.frontend.tflite.tflite_frontend import TensorWrapper
+
+    from edge_sdk.models.tflite_hybrid import FloatBuffer, FloatTensor, hybrid_weights
+
+    if not hasattr(self, "hybrid"):
+        self.hybrid = hybrid_weights(self.model, self.subgraph)
+    out = _base().get_tensors(self, tensors_idx_list)
+    return [TensorWrapper(w.tensor_idx, FloatTensor(w.tensor), FloatBuffer(self.hybrid[w.tensor_idx]), None)
+            if w.tensor_idx in self.hybrid else w for w in out]
+
+
 def _check_unsupported_ops(self):
     """Custom ops by name first (the frontend says only 'Custom operators are currently not supported')."""
     found = custom_ops(self.model, self.subgraph)
@@ -203,4 +216,5 @@ def converter_class():
     """The frontend's OperatorConverter with the folding above (built lazily: tvm is a heavy import)."""
     return type("FoldingConverter", (_base(),), {
         "known": _known, "get_tensor_value": _get_tensor_value, "static_shape": _static_shape, "fold": _fold,
-        "convert_op_to_relax": _convert_op_to_relax, "check_unsupported_ops": _check_unsupported_ops})
+        "convert_op_to_relax": _convert_op_to_relax, "check_unsupported_ops": _check_unsupported_ops,
+        "get_tensors": _get_tensors})
