@@ -341,3 +341,29 @@ def test_hybrid_file_with_variant_int8_is_calibrated(tmp_path, capsys):
     assert main(["run", str(pkg), "--repeat", "1", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["golden"]["ok"] and doc["variant"] == "int8"
+
+
+def test_inspect_a_model_file_before_compile(capsys):
+    """Item 8: ops with supported / unsupported and why, outputs by name, weight storage, what import says."""
+    import json
+
+    from edge_sdk.cli import main
+
+    assert main(["inspect", str(DATA / "custom_op_bessel_float.tflite"), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    bad = [o for o in r["ops"] if not o["supported"]]
+    assert [o["op"] for o in bad] == ["CUSTOM:BesselI0e"] and "custom op" in bad[0]["why"]
+    assert not r["import"]["ok"] and "BesselI0e" in r["import"]["error"]
+    assert main(["inspect", str(TWO), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert [o["name"] for o in r["outputs"]] == ["boxes", "scores"] and r["import"]["ok"]
+    assert r["inputs"][0]["shape_signature"] == [-1, 32, 32, 3]
+    assert {o["op"]: o["why"] for o in r["ops"]}["SHAPE"].startswith("supported; folded")
+    assert main(["inspect", str(DATA / "weights_fp16_float.tflite"), "--json"]) == 0
+    assert "float16" in json.loads(capsys.readouterr().out)["weights"]["bytes_by_dtype"]
+    assert main(["inspect", str(DATA / "weights_sparse_float.tflite"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["weights"]["sparse_tensors"] == 3
+    assert main(["inspect", str(SYM)]) == 0
+    text = capsys.readouterr().out
+    assert "input images: ['N', 3, 'H', 'W']" in text and "output boxes" in text
+    assert "import: FAILS" in text and "symbolic dims N,H,W" in text

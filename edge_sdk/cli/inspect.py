@@ -1,4 +1,6 @@
-"""`edge-sdk inspect PKG [--json]`: a package's manifest (layers, FLOPs, sizes) as a table or JSON."""
+"""`edge-sdk inspect PKG [--json]`: a package's manifest (layers, FLOPs, sizes) as a table or JSON.
+`edge-sdk inspect FILE.tflite|FILE.onnx`: a model file before compile (ops supported or not and why,
+inputs, outputs, weight storage; models/inspect_file.py)."""
 from __future__ import annotations
 
 import sys
@@ -8,13 +10,16 @@ from edge_sdk.cli.common import print_json
 
 
 def add_inspect_parser(sub) -> None:
-    p = sub.add_parser("inspect", help="print a package's manifest: layers, FLOPs, sizes")
+    p = sub.add_parser("inspect", help="print a package's manifest (layers, FLOPs, sizes), or a model file's ops "
+                       "(supported or not, and why), outputs and weight storage")
     p.add_argument("package", type=Path)
     p.add_argument("--json", action="store_true")
     p.set_defaults(drive=drive_inspect)
 
 
 def drive_inspect(args) -> int:
+    if args.package.suffix.lower() in (".tflite", ".onnx"):
+        return _inspect_file(args)
     from edge_sdk.package import read_manifest
 
     m = read_manifest(args.package)
@@ -74,3 +79,27 @@ def _choice_cells(c: dict | None) -> list[str]:
     mc = lambda v: f"{v / 1e6:.2f}" if isinstance(v, (int, float)) else "-"  # noqa: E731
     return [f"{c['family']}:{c['schedule']}" + (" (cached)" if c.get("cached") else ""),
             mc(c.get("modelled_cycles")), mc(c.get("default_cycles"))]
+
+
+def _inspect_file(args) -> int:
+    from edge_sdk.models.inspect_file import inspect_model_file
+
+    r = inspect_model_file(args.package)
+    if args.json:
+        print_json(r)
+        return 0
+    say = lambda s: print(s)  # noqa: E731
+    say(f"{r['file']} ({r['format']}{', opset ' + str(r['opset']) if r.get('opset') else ''})")
+    for kind in ("inputs", "outputs"):
+        for t in r[kind]:
+            say(f"  {kind[:-1]} {t['name']}: {t['shape']} {t['dtype']}"
+                + (f" (signature {t['shape_signature']})" if t.get("shape_signature") else ""))
+    say("  ops:")
+    for o in r["ops"]:
+        say(f"    {'ok ' if o['supported'] else 'NO '} {o['op']} x{o['count']}: {o['why']}")
+    w = r["weights"]
+    say(f"  weights: {', '.join(f'{k} {v / 1e6:.3f} MB' for k, v in w['bytes_by_dtype'].items()) or 'none'}"
+        + (f"; {w['sparse_tensors']} sparse tensors" if w["sparse_tensors"] else ""))
+    imp = r["import"]
+    say("  import: ok (compile will read it)" if imp["ok"] else f"  import: FAILS: {imp['error']}")
+    return 0
