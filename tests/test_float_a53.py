@@ -60,7 +60,7 @@ def _calls(func, name: str) -> bool:
 
 
 @pytest.mark.qemu
-@pytest.mark.parametrize("m,k,n,residual,asm", A53_CASES)
+@pytest.mark.parametrize("m,k,n,residual,asm", A53_CASES + [(37, 130, 96, True, "default+llvm_tile")])
 def test_a53_asm_tile_gemm_on_pi3_under_qemu(m, k, n, residual, asm):
     simd = simd_of(get_target("pi3").tvm_target())
     nr = conv_ops.choose_nr(simd, m, n, k)
@@ -70,8 +70,10 @@ def test_a53_asm_tile_gemm_on_pi3_under_qemu(m, k, n, residual, asm):
     r = RNG.standard_normal((m, n)).astype("float32")
     wp = conv_ops.pack_gemm_weight(w, nr)
     npad = wp.shape[0] * nr
-    func = conv_ops.gemm(m, k, npad, simd, epi=Epilogue(("clip", 0.0, 6.0), residual), nr=nr, name="t_a53_asm")
-    assert _calls(func, a53.NAME) == asm  # the assembly tile is (or is not) what runs
+    schedule = asm if isinstance(asm, str) else "default"  # a schedule name: LLVM's tile, asked for
+    func = conv_ops.gemm(m, k, npad, simd, epi=Epilogue(("clip", 0.0, 6.0), residual), nr=nr, name="t_a53_asm",
+                         schedule=schedule)
+    assert _calls(func, a53.NAME) == (asm is True)  # the assembly tile is (or is not) what runs
     rp = np.zeros((m, npad), "float32")
     rp[:, :n] = r
     args = [a, wp, conv_ops.pad_bias(b, npad)] + ([rp] if residual else [])
@@ -87,3 +89,12 @@ def test_a53_asm_tile_text_follows_ncnn_load_pattern():
     assert sum(x.startswith("fmla") for x in loop) == 32
     assert not [x for x in loop if x.startswith(("ldr q", "ldp q", "ld1"))]
     assert sum(x.startswith("ldr d") for x in loop) == sum(x.startswith("ins") for x in loop) == 8
+
+
+def test_llvm_tile_stays_a_gemm_candidate_where_the_asm_tile_is_the_rule():
+    from edge_sdk.compiler.choice import candidates
+
+    base = {"n": 512, "nr": 8, "isa": "neon", "act": ["relu"], "residual": False, "gate": False}
+    assert "default+llvm_tile" in candidates("float.gemm", base | {"m": 196, "k": 512})
+    assert "default+llvm_tile" not in candidates("float.gemm", base | {"m": 196, "k": 32})
+    assert "default+llvm_tile" not in candidates("float.gemm", base | {"m": 196, "k": 512, "isa": "avx2"})

@@ -18,6 +18,7 @@ import numpy as np
 import tvm
 from tvm import s_tir, te
 
+from edge_sdk.compiler.choice import register_candidates
 from edge_sdk.compiler.ops import conv1x1_gemm_a53 as a53
 from edge_sdk.compiler.ops.common import ACC_SCOPE, NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner, vector_width
 
@@ -84,6 +85,20 @@ _L1_BUDGET = {"neon": 16 << 10}
 
 # gemm's loop orders over register tiles, by schedule name (compile/choice candidates "float.gemm").
 GEMM_ORDERS = ("rows_outer", "panels_outer", "panel_blocks")
+
+
+LLVM_TILE = "+llvm_tile"
+
+
+@register_candidates("float.gemm")
+def _llvm_tile(workload: dict) -> list[str]:
+    """Where the A53 assembly tile is the rule, LLVM's own tile stays a candidate for compile/choice to
+    price against it (the assembly tile's win rests on NCNN's pairing rules; llvm-mca disagrees)."""
+    simd = Simd(workload["isa"], 4, 32)
+    if workload["isa"] != "neon" or not a53.applies(simd, workload["m"], workload["k"], a53.MR, workload["nr"],
+                                                      workload["gate"]):
+        return []
+    return ["default" + LLVM_TILE]
 
 
 def gemm_order(dims, simd: Simd) -> str:
@@ -199,11 +214,13 @@ def _schedule_gate(sch: s_tir.Schedule, which: str, k: int, simd: Simd) -> None:
 def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, nr=None,
          name="edge_gemm", schedule: str = "default") -> tvm.tirx.PrimFunc:
     """A (m, k) @ Wp (npad/nr, k, nr) + bias (npad,) [G (k,) gating A's columns] [+ R (m, npad)]
-    -> act -> (m, npad). `schedule`: a GEMM_ORDERS name, or "default" (gemm_order's rule)."""
+    -> act -> (m, npad). `schedule`: a GEMM_ORDERS name, or "default" (gemm_order's rule); a suffix
+    LLVM_TILE ("default+llvm_tile") keeps LLVM's register tile where the A53 assembly tile is the rule."""
     act, residual = epi.act, epi.residual
     nr = nr or choose_nr(simd, m, npad)
-    order = gemm_order((m, k, npad, nr), simd) if schedule == "default" else schedule
-    asm = _asm_tile(simd, (m, k, npad, nr), epi.gate, order)
+    order, _, tile = schedule.partition("+")
+    order = gemm_order((m, k, npad, nr), simd) if order == "default" else order
+    asm = tile != LLVM_TILE[1:] and _asm_tile(simd, (m, k, npad, nr), epi.gate, order)
     mr = a53.MR if asm else pick_tile(m, simd.mr_max)
     mp = round_up(m, mr)  # the tail tile reads row m-1 again and stores nothing past row m
     a = te.placeholder((m, k), "float32", name="A")
