@@ -17,7 +17,7 @@ import numpy as np
 from edge_sdk.errors import RuntimeFailure, UsageError
 from edge_sdk.package import open_package
 from edge_sdk.runtime.profile import layer_times
-from edge_sdk.runtime.result import RunResult, golden_check, load_input, top_k
+from edge_sdk.runtime.result import RunResult, golden_check, head_output, load_input, top_k
 
 
 def _modelled(path: Path, threads: int) -> tuple[dict | None, str]:
@@ -64,6 +64,6 @@ def run_package(path: Path, *, input_path: Path | None = None, threads: int = 1,
         return RunResult(package=str(path), model=m["model"]["name"], variant=m["variant"],
                          target=m["target"]["name"], emulated=emulate is not None, threads=threads,
                          latencies_ms=list(res.latencies_ms), load_ms=res.load_ms, golden_ok=ok,
-                         golden_max_abs_err=err, top_k=top_k(res.output, m.get("labels"), k), output=res.output,
+                         golden_max_abs_err=err, top_k=top_k(head_output(res.output, m), m.get("labels"), k), output=res.output,
                          layer_profile=layer_times(m["layers"], res.profile) if profile else None,
                          peak_gflops=peak, modelled=modelled, model_note=note)

@@ -367,3 +367,44 @@ def test_inspect_a_model_file_before_compile(capsys):
     text = capsys.readouterr().out
     assert "input images: ['N', 3, 'H', 'W']" in text and "output boxes" in text
     assert "import: FAILS" in text and "symbolic dims N,H,W" in text
+
+
+@pytest.mark.slow
+def test_classify_app_ranks_the_output_named_by_output(tmp_path):
+    """The device app on a two-output package: --output scores ranks that head (checked against LiteRT on the
+    app's own preprocessing of the frame), an unknown name is exit 2 naming the outputs."""
+    import json
+    import subprocess
+    import sys
+
+    from edge_sdk.package import open_package
+    from edge_sdk.runtime import ensure_bundle
+    from edge_sdk.runtime.device.preprocess import Preprocess
+    from edge_sdk.runtime.execute import host_arch
+    from edge_sdk.runtime.litert import run_tflite_outputs
+
+    app = Path(__file__).resolve().parents[1] / "edge_sdk" / "apps" / "classify" / "classify.py"
+    pkg = _compile(TWO, "host", tmp_path)
+    cur = tmp_path / "models" / "two-float32" / "current"
+    m = open_package(pkg, cur).manifest
+    (cur / "manifest.json").write_text(json.dumps(m))
+    frame = np.random.default_rng(3).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    (tmp_path / "frames").mkdir()
+    np.save(tmp_path / "frames" / "f0.npy", frame)
+
+    def app_run(*extra):
+        out = tmp_path / "out.jsonl"
+        out.unlink(missing_ok=True)
+        proc = subprocess.run([sys.executable, str(app), "--model", "two", "--models", str(tmp_path / "models"),
+                               "--runtime", str(ensure_bundle(host_arch())), "--source", str(tmp_path / "frames"),
+                               "--out", str(out), "--top-k", "3", *extra], capture_output=True, text=True, timeout=600)
+        return proc, [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+
+    proc, rows = app_run("--output", "scores")
+    assert proc.returncode == 0, proc.stderr
+    x = Preprocess.from_json(m["input"]["preprocess"]).apply(frame)
+    scores = run_tflite_outputs(TWO, x)[1].reshape(-1)
+    assert [t["class"] for t in rows[0]["top_k"]] == list(np.argsort(-scores, kind="stable")[:3])
+    np.testing.assert_allclose([t["score"] for t in rows[0]["top_k"]], np.sort(scores)[::-1][:3], rtol=1e-4, atol=1e-5)
+    proc, _ = app_run("--output", "nosuch")
+    assert proc.returncode == 2 and "boxes, scores" in proc.stderr

@@ -73,7 +73,7 @@ def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup:
               min_time_ms: float, caches=None) -> np.ndarray:
     """Time (or count) one package; fills the row; returns its golden input (for the peers)."""
     from edge_sdk.package import open_package
-    from edge_sdk.runtime.result import RunResult, golden_check, top_k
+    from edge_sdk.runtime.result import RunResult, golden_check, head_output, top_k
     from edge_sdk.runtime.execute import LocalRun, run_compiled
 
     with tempfile.TemporaryDirectory(prefix="edge-bench-") as tmp:
@@ -99,7 +99,7 @@ def _run_ours(row: BenchRow, pkg_path: Path, *, emulate_cpu: str | None, warmup:
             rr = RunResult(package=str(pkg_path), model=m["model"]["name"], variant=m["variant"],
                            target=m["target"]["name"], emulated=res.emulated, threads=row.threads,
                            latencies_ms=res.latencies_ms, load_ms=res.load_ms, golden_ok=ok, golden_max_abs_err=err,
-                           top_k=top_k(out, m.get("labels"), 5), output=out)
+                           top_k=top_k(head_output(out, m), m.get("labels"), 5), output=out)
             row.run_json, row.manifest = rr.to_json() | {"versions": m.get("versions")}, m
         ok, err = golden_check(pkg, out)
         g = m["golden"]

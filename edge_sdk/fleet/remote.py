@@ -100,7 +100,7 @@ def _run_installed(conn: Connection, pkg: LocalPackage, x: np.ndarray | None, ho
 
 def _report(device: Device, package: Path, m: dict, raw: dict, golden: dict, arch: str, out: np.ndarray,
             how: RemoteRun) -> dict:
-    from edge_sdk.runtime.result import latency_stats, top_k
+    from edge_sdk.runtime.result import latency_stats, head_output, top_k
 
     lat = np.asarray(raw["latencies_ms"])
     prof = {}
@@ -117,7 +117,7 @@ def _report(device: Device, package: Path, m: dict, raw: dict, golden: dict, arc
         "latency_ms": latency_stats(lat),
         "load_ms": raw["load_ms"],
         "golden": {"ok": bool(golden["ok"]), "max_abs_err": golden["max_abs_err"]},
-        "top_k": [{"class": c, "label": lbl, "score": s} for c, lbl, s in top_k(out, m.get("labels"), how.k)],
+        "top_k": [{"class": c, "label": lbl, "score": s} for c, lbl, s in top_k(head_output(out, m), m.get("labels"), how.k)],
         "versions": {"tvm": raw["tvm_version"], "tvm_ffi": raw["tvm_ffi_version"]}, **prof,
     }
 

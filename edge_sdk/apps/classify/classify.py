@@ -36,18 +36,35 @@ class AppError(RuntimeError):
 class Variant:
     """One installed package: its manifest, loaded model and input spec."""
 
-    def __init__(self, install: Path, load, threads: int):
+    def __init__(self, install: Path, load, threads: int, output: str | None = None):
         self.manifest = json.loads((install / "manifest.json").read_text())
         self.name = self.manifest["variant"]
         self.spec = self.manifest["input"]
         self.labels = self.manifest.get("labels")
+        self.head = _head(self.manifest, output)  # (offset, size) of the classifier output in the flat tensor
         self.model = load(install / "model.so", install / "params.bin", threads=threads)
 
     def top_k(self, scores: np.ndarray, k: int) -> list[dict]:
         flat = np.asarray(scores, np.float64).reshape(-1)
+        if self.head is not None:
+            flat = flat[self.head[0]:self.head[0] + self.head[1]]
         idx = np.argsort(-flat, kind="stable")[:k]
         return [{"class": int(i), "label": self.labels[i] if self.labels and i < len(self.labels) else None,
                  "score": round(float(flat[i]), 6)} for i in idx]
+
+
+def _head(manifest: dict, name: str | None) -> tuple[int, int] | None:
+    """A package with several outputs (manifest "outputs", one flat tensor): the one `--output NAME` names,
+    else the first; None for a single-output package (its whole tensor)."""
+    outputs = manifest.get("outputs") or []
+    if not outputs:
+        if name:
+            raise AppError(f"--output {name}: the model has one output")
+        return None
+    pick = next((o for o in outputs if o["name"] == name), None) if name else outputs[0]
+    if pick is None:
+        raise AppError(f"--output {name}: no such output (outputs: {', '.join(o['name'] for o in outputs)})")
+    return int(pick["offset"]), int(pick["size"])
 
 
 def installed(models_dir: Path, model: str) -> dict[str, Path]:
@@ -131,7 +148,7 @@ def _classify(args, out, load) -> dict[str, deque]:
     if missing:
         raise AppError(f"variant(s) {', '.join(missing)} of '{args.model}' are not installed; installed: "
                        f"{', '.join(found)}")
-    variants = [Variant(found[n], load, args.threads) for n in names]
+    variants = [Variant(found[n], load, args.threads, getattr(args, "output", None)) for n in names]
     sizes = [v.spec["preprocess"]["resize"] for v in variants]
     size = (max(s[1] for s in sizes), max(s[0] for s in sizes))  # (width, height) asked of the camera
     lat = {v.name: deque(maxlen=1000) for v in variants}  # bounded: the app may run for days
@@ -174,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-frames", type=int, help="stop after N frames (default: until the source ends)")
     ap.add_argument("--threads", type=int, default=1, help="TVM threads per variant (default 1)")
     ap.add_argument("--top-k", type=int, default=5)
+    ap.add_argument("--output", help="a model with several outputs: the classifier output to rank (default: the first)")
     ap.add_argument("--baseline", default="float32", help="the variant agrees_with_float compares with "
                     "(edge_sdk.variants.BASELINE; edge-sdk demo passes it)")
     ap.add_argument("--out", help="JSON lines file (one line per frame and variant); '-' for stdout")
