@@ -54,9 +54,19 @@ SLOW_TESTS = {
 }
 
 
+# Tests that start stand-in devices (sshd servers on 127.0.0.x with their own Unix users, emulated Pis in
+# network namespaces, the demo): under `pytest -n 2 --dist loadgroup` (the README's test command) they all
+# run in one worker, in order, so two workers never create the same users, addresses or namespaces.
+DEVICE_FILES = ("tests/fleet/", "tests/test_demo.py", "tests/test_demo_modelled.py",
+                "tests/test_tune.py", "tests/test_tune_device.py", "tests/test_wheel.py")
+DEVICE_FIXTURES = {"loopback_fleet", "fresh_fleet", "emulated_pis", "reduced_demo"}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         where = item.nodeid.split("[")[0]
+        if where.startswith(DEVICE_FILES) or DEVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("devices"))
         if (item.get_closest_marker("qemu") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
                 or where in SLOW_TESTS):
             item.add_marker(pytest.mark.slow)
