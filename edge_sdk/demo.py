@@ -211,7 +211,8 @@ def start_device(target: str, *, stack: ExitStack, say):
 def _stop(fleet, say) -> None:
     try:
         fleet.stop()
-        say(f"stopped {', '.join(d.name for d in fleet.devices)}")
+        names = (d.name + (f" (netns {d.netns})" if getattr(d, "netns", None) else "") for d in fleet.devices)
+        say(f"stopped {', '.join(names)}")
     except Exception as e:  # noqa: BLE001 - a failed stop must not hide the demo's own error; it is reported
         say(f"[red]could not stop the devices in {fleet.root} cleanly: {e}[/red]")
 

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -115,3 +118,46 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setattr(B, "cache_root", lambda: tmp_path)
     monkeypatch.setattr(P, "peers_root", lambda: tmp_path / "peers")
     return tmp_path
+
+
+def netns() -> set[str]:
+    """The network namespaces that exist now (the emulated Pi makes one per run)."""
+    return set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+
+
+@dataclass
+class DemoRun:
+    rc: int
+    out: str  # stdout: the table, then the --json document
+    err: str
+    db: Path
+    html: Path
+    pkgs: Path
+    netns_before: set
+    netns_after: set
+    mounts_after: str
+
+
+@pytest.fixture(scope="session")
+def reduced_demo(tmp_path_factory) -> DemoRun:
+    """One reduced `edge-sdk demo` (tiny MobileNetV1, 3 frames, 20 held-out digits), run once as a user runs
+    it (the CLI in its own process) and shared by the tests that check its table, JSON, store, dashboard,
+    modelled column and clean-up (tests/test_demo.py, tests/test_demo_modelled.py): each demo run costs
+    minutes of emulated Pi."""
+    if os.geteuid() != 0:
+        pytest.skip("the demo starts an emulated Pi and a loopback sshd (root)")
+    from edge_sdk.devices import stand_in_module
+
+    try:
+        stand_in_module("emulated_pi").check_host()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    tmp = tmp_path_factory.mktemp("demo")
+    db, html, pkgs = tmp / "results.sqlite", tmp / "dash.html", tmp / "pkgs"
+    before = netns()
+    proc = subprocess.run([sys.executable, "-m", "edge_sdk", "demo", "--alpha", "0.25", "--resolution", "64",
+                           "--classes", "10", "--frames", "3", "--accuracy-images", "20", "--db", str(db),
+                           "--dashboard", str(html), "--out-dir", str(pkgs), "--json"],
+                          capture_output=True, text=True, timeout=3600, check=False)
+    return DemoRun(proc.returncode, proc.stdout, proc.stderr, db, html, pkgs, before, netns(),
+                   Path("/proc/self/mountinfo").read_text())

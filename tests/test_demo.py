@@ -5,40 +5,22 @@ And the demo's package cache: rebuilt after `edge-sdk tune` writes a record.
 from __future__ import annotations
 
 import json
-import os
+import re
 import sqlite3
-import subprocess
 from pathlib import Path
 
 import shutil
 
 import pytest
 
-from edge_sdk.cli import main
-
-
-def _netns() -> set[str]:
-    return set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
 
 
 @pytest.mark.qemu
 @pytest.mark.slow
-def test_reduced_demo_end_to_end(tmp_path, capsys):
-    if os.geteuid() != 0:
-        pytest.skip("the demo starts an emulated Pi and a loopback sshd (root)")
-    from edge_sdk.devices import stand_in_module
-
-    try:
-        stand_in_module("emulated_pi").check_host()
-    except RuntimeError as e:
-        pytest.skip(str(e))
-    db, html = tmp_path / "results.sqlite", tmp_path / "dash.html"
-    before = _netns()
-    rc = main(["demo", "--alpha", "0.25", "--resolution", "64", "--classes", "10", "--frames", "3",
-               "--accuracy-images", "20", "--db", str(db), "--dashboard", str(html), "--out-dir",
-               str(tmp_path / "pkgs"), "--json"])
-    out = capsys.readouterr().out
-    assert rc == 0, out
+def test_reduced_demo_end_to_end(reduced_demo):
+    run = reduced_demo
+    db, html, out = run.db, run.html, run.out
+    assert run.rc == 0, out + run.err[-3000:]
     doc = json.loads(out[out.index('{\n  "latency"'):])
     rows, acc = doc["latency"], doc["accuracy"]
     got = {(r["device"], r["target"], r["variant"]) for r in rows}
@@ -78,8 +60,9 @@ def test_reduced_demo_end_to_end(tmp_path, capsys):
 
     page = html.read_text()
     assert page.lstrip().lower().startswith("<!doctype html") and "mobilenet_v1" in page and "w1a2" in page
-    assert _netns() <= before  # the emulated Pi's namespace is gone (another user's may have gone meanwhile)
-    assert not any("edge-sdk-demo-" in line for line in Path("/proc/self/mountinfo").read_text().splitlines())
+    ours = set(re.findall(r"netns (edge-pi-[\w-]+)", run.err))  # the demo names the namespaces it stopped
+    assert ours and not ours & run.netns_after and not ours & run.netns_before  # made by the demo, and gone
+    assert not any("edge-sdk-demo-" in line for line in run.mounts_after.splitlines())
 
 
 @pytest.mark.slow

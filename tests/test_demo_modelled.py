@@ -6,13 +6,11 @@ content), the table's speedups use them, and the emulator's wall time is shown o
 from __future__ import annotations
 
 import json
-import os
 import re
 import sqlite3
 
 import pytest
 
-from edge_sdk.cli import main
 from edge_sdk.demo import DemoOptions, DemoReport, _pi_time, add_speedups, print_table
 from edge_sdk.labels import QEMU_WALL
 from edge_sdk.timing.package_figures import model_version
@@ -60,23 +58,10 @@ def _json_doc(out: str):
 
 @pytest.mark.qemu
 @pytest.mark.slow
-def test_reduced_demo_has_the_modelled_column(tmp_path, capsys):
-    if os.geteuid() != 0:
-        pytest.skip("the demo starts an emulated Pi and a loopback sshd (root)")
-    from edge_sdk.devices import stand_in_module
-
-    try:
-        stand_in_module("emulated_pi").check_host()
-    except RuntimeError as e:
-        pytest.skip(str(e))
-    db, html, pkgs = tmp_path / "results.sqlite", tmp_path / "dash.html", tmp_path / "pkgs"
-    argv = ["demo", "--alpha", "0.25", "--resolution", "64", "--classes", "10", "--frames", "2", "--db", str(db),
-            "--dashboard", str(html), "--out-dir", str(pkgs), "--json"]
-    if "accuracy_images" in DemoOptions.__dataclass_fields__:
-        argv += ["--accuracy-images", "0"]  # the digits accuracy rows are tests/test_demo.py's
-    rc = main(argv)
-    out = capsys.readouterr().out
-    assert rc == 0, out
+def test_reduced_demo_has_the_modelled_column(reduced_demo):
+    """The same demo run as tests/test_demo.py's (one per session: tests/conftest.py reduced_demo)."""
+    db, html, pkgs, out = reduced_demo.db, reduced_demo.html, reduced_demo.pkgs, reduced_demo.out
+    assert reduced_demo.rc == 0, out + reduced_demo.err[-3000:]
     rows = _json_doc(out)
     pi = {r["variant"]: r for r in rows if r["target"] == "pi3"}
     host = {r["variant"]: r for r in rows if r["target"] == "host"}
@@ -85,7 +70,7 @@ def test_reduced_demo_has_the_modelled_column(tmp_path, capsys):
         assert r["modelled_ms"] > 0 and r["ms"] == r["modelled_ms"] and r["ms_is"] == "modelled Pi 3 ms"
         assert r["qemu_wall_ms"] == r["median_ms"] > 0  # the app's time on the emulated Pi, kept apart
         assert r["speedup"] == pytest.approx(pi["float32"]["modelled_ms"] / r["modelled_ms"])
-        line = _line(out, "pi1", f" {v} ")
+        line = _line(out, "pi1", f" {v} ", f"{r['qemu_wall_ms']:.2f}")  # the latency table's row (not accuracy's)
         assert f"{r['modelled_ms']:.2f}" in line and f"{r['qemu_wall_ms']:.2f}" in line and f"{r['speedup']:.2f}x" in line
     for r in host.values():  # a real (loopback) device: measured, no model, no wall-time column
         assert (r["ms"], r["modelled_ms"], r["qemu_wall_ms"]) == (r["median_ms"], None, None)
