@@ -408,3 +408,36 @@ def test_classify_app_ranks_the_output_named_by_output(tmp_path):
     np.testing.assert_allclose([t["score"] for t in rows[0]["top_k"]], np.sort(scores)[::-1][:3], rtol=1e-4, atol=1e-5)
     proc, _ = app_run("--output", "nosuch")
     assert proc.returncode == 2 and "boxes, scores" in proc.stderr
+
+
+RESIZE = DATA / "onnx_resize_opset13.onnx"
+
+
+def test_resize_reference_matches_onnxruntime():
+    """Item 6: Resize nearest (asymmetric, floor), bilinear half_pixel and align_corners, as torch exports them."""
+    import onnx
+
+    from edge_sdk.models.importers import load_model_file
+    from edge_sdk.quant.relax_ref import evaluate
+
+    modes = {(a.name, a.s) for n in onnx.load(str(RESIZE)).graph.node if n.op_type == "Resize" for a in n.attribute}
+    assert {("mode", b"nearest"), ("mode", b"linear"), ("coordinate_transformation_mode", b"align_corners"),
+            ("coordinate_transformation_mode", b"half_pixel")} <= modes
+    model = load_model_file(RESIZE)
+    for seed in (0, 1):
+        x = model.example_input(seed=seed)
+        _close(evaluate(model.mod, x), _ort(RESIZE, x)[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["host", pytest.param("pi3", marks=[pytest.mark.qemu, QEMU])])
+def test_resize_compiled_matches_onnxruntime(target, tmp_path):
+    from edge_sdk.models.importers import load_model_file
+    from edge_sdk.run import run_package
+
+    pkg = _compile(RESIZE, target, tmp_path)
+    x = load_model_file(RESIZE).example_input(seed=7)
+    np.save(tmp_path / "x.npy", x)
+    run = run_package(pkg, input_path=tmp_path / "x.npy", repeat=1, warmup=0, model=False)
+    assert run.golden_ok
+    _close(run.output, _ort(RESIZE, x)[0])

@@ -13,6 +13,7 @@ Files (seeded random weights, SEED below; tests/data/trained/README.md lists the
     onnx_two_heads_symbolic_opset13.onnx    torch.onnx.export, input 'images' N,3,H,W symbolic; boxes, scores
     custom_op_bessel_float.tflite           a CUSTOM op (BesselI0e): the error must name it
     weights_{sparse,fp16,sparse_fp16}_float.tflite, weights_hybrid_int8.tflite: one net, four weight storages
+    onnx_resize_opset13.onnx                Resize nearest, bilinear half-pixel and bilinear align_corners
 """
 from __future__ import annotations
 
@@ -154,6 +155,32 @@ def weight_storage() -> None:
         print(f"{OUT / name}: {len(data)} bytes")
 
 
+def onnx_resize() -> None:
+    """torch.onnx.export of Upsample as segmentation / FPN heads use it: Resize nearest (x2) and bilinear
+    (align_corners False: pytorch_half_pixel; True: align_corners), opset 13."""
+    import torch
+
+    torch.manual_seed(SEED + 20)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Conv2d(3, 8, 3, 2, 1), torch.nn.Conv2d(8, 4, 3, 1, 1)
+
+        def forward(self, x):
+            y = torch.relu(self.a(x))
+            y = torch.nn.functional.interpolate(y, scale_factor=2, mode="nearest")
+            y = torch.nn.functional.interpolate(self.b(y), size=(21, 27), mode="bilinear", align_corners=False)
+            return torch.nn.functional.interpolate(y, size=(30, 31), mode="bilinear", align_corners=True)
+
+    name = "onnx_resize_opset13.onnx"
+    tmp = OUT / (name + ".tmp")
+    torch.onnx.export(Net().eval(), torch.zeros(1, 3, 24, 24), str(tmp), input_names=["input"], output_names=["mask"],
+                      opset_version=13, dynamo=False)
+    os.replace(tmp, OUT / name)
+    print(f"{OUT / name}: {(OUT / name).stat().st_size} bytes")
+
+
 def main() -> None:
     import tf_keras as keras
 
@@ -167,6 +194,7 @@ def main() -> None:
     custom_op()
     keras.utils.set_random_seed(SEED + 10)
     weight_storage()
+    onnx_resize()
 
 
 if __name__ == "__main__":

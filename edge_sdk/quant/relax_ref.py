@@ -157,6 +157,12 @@ def _eval_call(call, args):
     if op == "relax.nn.pad":
         pw = _ints(a.pad_width)
         return np.pad(args[0], list(zip(pw[0::2], pw[1::2])), constant_values=float(a.pad_value) if hasattr(a, "pad_value") else 0.0)
+    if op == "relax.image.resize2d":
+        from edge_sdk.quant.resize_ref import resize2d
+
+        out = _shape(call.ty)
+        hw = (out[2], out[3]) if str(a.layout) == "NCHW" else (out[1], out[2])
+        return resize2d(args[0], list(hw), a)
     raise ModelError(f"reference: op '{op}' is not supported by the numpy reference")
 
 
