@@ -191,9 +191,15 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, pa
                schedule: str = "default"):
     """PrimFunc out (M, COpad) int8 = requant(im2col(x) @ W + bias), x NHWC; the 8-bit NEON tile.
     padded_rows: where it applies (CI % 16 != 0, not 1x1), im2col_int8_rows' pre-padded 8-byte copies.
-    schedule: one of GEMM8_SCHEDULES, or "default".
+    schedule: one of GEMM8_SCHEDULES, "default", or winograd_int8_f23.SCHEDULE (a 3x3 stride-1 conv as exact
+    Winograd F(2x2, 3x3) instead: the same arguments and output, the weights as its int16 transform; the
+    default for the layers winograd_int8_f23.is_default names).
 
     Returns (func, packed int8 weight, npad). Arguments: x, W, bias, mult, rshift (int32, (npad,))."""
+    from edge_sdk.compiler.int8 import winograd_int8_f23 as f23
+
+    if schedule == f23.SCHEDULE or (schedule == "default" and f23.is_default(x_shape, w_hwio.shape, geom)):
+        return f23.conv_f23(x_shape, w_hwio, rq, geom=geom, name=name)
     kh, kw, ci, co = w_hwio.shape
     m = x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
     npad, mp = round_up(co, NR), round_up(m, MR)

@@ -1,0 +1,76 @@
+"""The exact int8 Winograd F(2x2, 3x3) (compiler/int8/winograd_int8_f23.py, the int8.gemm8 candidate
+"winograd_f23") under qemu for pi3 against the numpy int8 reference (quant/int8.py, itself checked against
+TFLite BUILTIN_REF): SAME and VALID, odd output sizes (a partial last tile), batch 2, a tile count that is
+not a multiple of 8, channel padding, and the extreme operands (x = -128 everywhere, weights -128 / 127)
+that reach the transforms' int16 bounds."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from test_int8_gemm_smull_neon import _run_pi3
+
+# (x shape, co, padding, extreme operands)
+CASES = [
+    ((1, 6, 8, 16), 8, "SAME", False),     # 3 x 4 = 12 tiles: one full block of 8 and a padded one
+    ((1, 7, 7, 24), 20, "SAME", False),    # odd output: the last tile row/column half outside; CO 20 -> 24
+    ((1, 9, 10, 8), 24, "VALID", False),   # 7 x 8 out, no padding taps
+    ((2, 5, 6, 32), 8, "SAME", False),     # batch 2: tiles of both images in one block
+    ((1, 8, 6, 64), 16, "SAME", True),     # x = -128, w in {-128, 127}: |V| = 512, |U| = 1152
+]
+
+
+def _case(i, xs, co, padding, extreme):
+    from edge_sdk.compiler.int8 import gemm_int8_smull_neon as g8
+    from edge_sdk.compiler.int8 import kernels, winograd_int8_f23
+    from edge_sdk.compiler.int8.gemm_int8_widen16 import ConvGeom
+    from edge_sdk.quant import int8 as q8
+
+    rng = np.random.default_rng(500 + i)
+    x = rng.integers(-128, 128, xs).astype(np.int8)
+    w = rng.integers(-128, 128, (co, 3, 3, xs[-1])).astype(np.int8)
+    if extreme:
+        x[:] = -128
+        w = np.where(rng.random(w.shape) < 0.5, -128, 127).astype(np.int8)
+    bias = rng.integers(-20000, 20000, co).astype(np.int32)
+    mult = rng.integers(1 << 30, (1 << 31) - 1, co).astype(np.int32)
+    shift = -rng.integers(6, 14, co)
+    rq = q8.Requant(in_zp=int(rng.integers(-128, 128)), multiplier=mult, shift=shift,
+                    out_zp=int(rng.integers(-20, 20)), act=(-128, 127))
+    win = q8.Window((1, 1), (1, 1), padding)
+    oh, ow, pads = win.place(xs, 3, 3)
+    geom = ConvGeom((1, 1), (1, 1), pads, (oh, ow))
+    w_hwio = np.ascontiguousarray(w.transpose(1, 2, 3, 0))
+    func, up, npad = g8.conv_gemm8(xs, w_hwio, rq, geom=geom, name="k", schedule=winograd_int8_f23.SCHEDULE)
+    consts = np.zeros((3, npad), np.int32)
+    consts[:, :co] = kernels._folded_bias(bias, w_hwio.reshape(-1, co), rq.in_zp, 0), mult, -shift
+    k = kernels.Kernel(func, [up, *consts], (xs[0] * oh * ow, npad))
+    return x, k, q8.conv2d(x, w, bias, rq, win)
+
+
+@pytest.mark.qemu
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or shutil.which("qemu-aarch64") is None,
+                    reason="needs g++-aarch64-linux-gnu and qemu-user")
+def test_winograd_f23_under_qemu_equals_reference():
+    cases = [_case(i, *c) for i, c in enumerate(CASES)]
+    for _, k, _ in cases:
+        assert k.consts[0].dtype == np.int16 and k.consts[0].shape[1] == 16  # the transformed weights
+    out = _run_pi3([k for _, k, _ in cases], [x for x, _, _ in cases])
+    at = 0
+    for case, (_, k, ref) in zip(CASES, cases):
+        size = int(np.prod(k.out_shape))
+        got = out[at:at + size].reshape(k.out_shape)[:, :ref.shape[-1]].reshape(ref.shape)
+        at += size
+        np.testing.assert_array_equal(got, ref, err_msg=str(case))
+    assert at == out.size
+
+
+def test_winograd_f23_is_offered_only_for_3x3_stride_1():
+    from edge_sdk.compiler.choice import candidates
+
+    base = {"x": [1, 28, 28, 64], "w": [3, 3, 64, 64], "stride": [1, 1], "dilation": [1, 1], "out_hw": [28, 28]}
+    assert "winograd_f23" in candidates("int8.gemm8", base)
+    assert "winograd_f23" not in candidates("int8.gemm8", base | {"stride": [2, 2], "out_hw": [14, 14]})
+    assert "winograd_f23" not in candidates("int8.gemm8", base | {"w": [1, 1, 64, 64]})
+    assert "winograd_f23" not in candidates("int8.gemm8", base | {"x": [1, 4, 4, 64], "out_hw": [4, 4]})
