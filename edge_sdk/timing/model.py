@@ -67,19 +67,21 @@ def model_profile(pi: PerInference, *, threads_n: int = 1, clock_ghz: float, mem
                   c: A53 = DEFAULT, layers: int = 0, symbol_files: dict | None = None) -> dict:
     """The modelled cycles and ms of one inference, with their terms (see module docstring)."""
     bc = cost.block_costs(pi.blocks, pi.pred, c)
-    skip = threads.runtime_blocks(pi) if threads_n > 1 else np.zeros(len(pi.blocks), dtype=bool)
+    skip = threads.runtime_blocks(pi, symbol_files) if threads_n > 1 else np.zeros(len(pi.blocks), dtype=bool)
+    outside = threads.library_blocks(pi) & ~skip  # runtime work the plugin's epochs leave out
     # cycles per streamed line: the bus's (mem_gbps) or, slower, line_fills_in_flight per dram cycles --
     # a limit of the memory as a whole, so four cores share it as one does (threads.py)
     line_cycles = max(64 / (mem_gbps / clock_ghz) if mem_gbps else 0.0, c.dram / c.line_fills_in_flight)
     terms = {v: thread_terms(cnt, bc, c, ~skip, line_cycles) for v, cnt in pi.counts.items()}
-    combined = threads.combine(pi, terms, threads_n=threads_n, c=c, line_cycles=line_cycles)
+    combined = threads.combine(pi, terms, threads_n=threads_n, c=c, line_cycles=line_cycles,
+                               outside={v: float(t["per_block"][outside].sum()) for v, t in terms.items()})
     total = combined["modelled_cycles"]
     keys = ("issue", "neon", "load_store", "dependency", "branch", "l2_stall", "dram_stall", "bandwidth")
     out = {
         "modelled_cycles": total, "modelled_ms": total / (clock_ghz * 1e6), "clock_ghz": clock_ghz,
         "threads": threads_n, "instructions": sum(t["instructions"] for t in terms.values()),
         "cycles_split": {k: sum(t[k] for t in terms.values()) for k in keys} | {
-            k: combined[k] for k in ("fork_join", "parallel_wait", "shared_bandwidth")},
+            k: combined[k] for k in ("fork_join", "parallel_wait", "shared_bandwidth", "runtime_work")},
         "misses": {k: sum(t[k] for t in terms.values()) for k in ("l1d_misses", "l1i_misses", "l2_misses",
                                                                    "mispredicts")},
         "dram_bytes": sum(t["dram_bytes"] for t in terms.values()),

@@ -35,6 +35,27 @@ def elf_symbols(path: str, mtime: float = 0.0) -> tuple[list[int], list[str]]:
     return addrs, [seen[a] for a in addrs]
 
 
+@functools.lru_cache(maxsize=64)
+def function_extents(path: str, mtime: float = 0.0) -> tuple[tuple[int, int, str], ...]:
+    """(start, end, name) of the sized code symbols of an ELF file, by start (empty if nm cannot read it).
+
+    A stripped library keeps only its dynamic (exported) table: its hidden functions lie in the gaps
+    between these extents, and an address there has no known function."""
+    tool = next((t for t in NM if shutil.which(t)), None)
+    if tool is None or not Path(path).is_file():
+        return ()
+    seen: dict[int, tuple[int, int, str]] = {}
+    for extra in (["-D"], []):
+        proc = subprocess.run([tool, "--defined-only", "-C", "-S", *extra, path], capture_output=True, text=True,
+                              check=False)
+        for line in proc.stdout.splitlines():
+            parts = line.split(None, 3)
+            if len(parts) == 4 and parts[2] in "TtWi" and int(parts[1], 16) > 0:
+                lo = int(parts[0], 16)
+                seen.setdefault(lo, (lo, lo + int(parts[1], 16), parts[3].split("@")[0]))
+    return tuple(seen[a] for a in sorted(seen))
+
+
 def symbol_value(path: Path, name: str) -> int | None:
     """The ELF address of a code symbol, or None."""
     addrs, names = elf_symbols(str(path), path.stat().st_mtime if path.is_file() else 0.0)

@@ -1,0 +1,77 @@
+"""timing/threads.py on a real 4-thread profile: our runner (the session's small pi3 MobileNetV1, conftest)
+at TVM_NUM_THREADS=4 under qemu with libtiming.so. The thread pool's waiting is left out of the threads'
+work; libtvm_runtime's other work (the per-call workspace allocations) is counted. No test asserts a speed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_sdk.timing import threads
+from edge_sdk.timing.symbols import Symbolizer, function_extents
+
+
+@pytest.fixture(scope="module")
+def four_threads(pi3_package):
+    from edge_sdk.package import open_package
+    from edge_sdk.qemu import runner as E
+    from edge_sdk.timing.session import timing_session
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = open_package(pi3_package, Path(tmp))
+        lib = pkg.member("model.so")
+        with timing_session() as seen:
+            E.count_runner(lib=lib, params=pkg.member("params.bin"), input=pkg.golden_input, threads=4)
+        pi = seen[str(lib)]
+        from edge_sdk.timing.model import model_profile
+
+        m = model_profile(pi, threads_n=4, clock_ghz=1.2, mem_gbps=4.0, symbol_files={"model.so": lib})
+    return pi, m
+
+
+def _functions(pi) -> list[str]:
+    """Per block the libtvm_runtime function whose extent holds it ("" elsewhere or in a hidden function)."""
+    sym = Symbolizer(pi.maps)
+    out = []
+    for va, _n, _code in pi.blocks:
+        path = sym.file_of(va)
+        if path is None or "libtvm_runtime" not in path:
+            out.append("")
+            continue
+        rel = va - sym.base[path]
+        out.append(next((n for lo, hi, n in function_extents(path) if lo <= rel < hi), ""))
+    return out
+
+
+def _ran(pi) -> np.ndarray:
+    return sum(c[:, 0] for c in pi.counts.values()) > 0
+
+
+@pytest.mark.qemu
+def test_allocations_are_work_and_the_pool_is_not(four_threads):
+    pi, m = four_threads
+    assert len(pi.counts) == 4  # four vCPUs: the main thread and three pool workers
+    skip, lib = threads.runtime_blocks(pi), threads.library_blocks(pi)
+    names = _functions(pi)
+    ran = _ran(pi)
+    alloc = np.array([("AllocWorkspace" in n or "WorkspacePool" in n) for n in names]) & lib & ran
+    pool = np.array([bool(threads.POOL.search(n)) for n in names]) & lib & ran
+    assert alloc.any() and pool.any()
+    assert not skip[alloc].any()  # counted at N threads
+    assert skip[pool].all()       # left out
+    # every thread allocates (its own workspaces inside the regions), and the span carries the busiest's share
+    assert sum(c[alloc, 0].sum() > 0 for c in pi.counts.values()) >= 2
+    assert m["threads"] == 4 and m["regions"] > 0
+
+
+@pytest.mark.qemu
+def test_without_the_librarys_symbols_the_whole_library_stays_out(four_threads):
+    pi, _m = four_threads
+    moved = dataclasses.replace(pi, maps=[dataclasses.replace(mp, path="/nonexistent/" + Path(mp.path).name)
+                                          for mp in pi.maps])
+    assert (threads.runtime_blocks(moved) == threads.library_blocks(pi)).all()
+    assert threads.library_blocks(pi).sum() > threads.runtime_blocks(pi).sum()
