@@ -441,3 +441,33 @@ def test_resize_compiled_matches_onnxruntime(target, tmp_path):
     run = run_package(pkg, input_path=tmp_path / "x.npy", repeat=1, warmup=0, model=False)
     assert run.golden_ok
     _close(run.output, _ort(RESIZE, x)[0])
+
+
+TCONV = DATA / "transpose_conv_8_float.tflite"
+
+
+def test_transpose_conv_reference_matches_litert():
+    """Item 3: TRANSPOSE_CONV (imported NHWC, permuted to the NCHW / IOHW form TVM legalizes) and its numpy
+    reference (quant/resize_ref.conv2d_transpose) against LiteRT."""
+    from edge_sdk.models.importers import load_model_file
+    from edge_sdk.quant.relax_ref import evaluate
+
+    model = load_model_file(TCONV)
+    assert 'data_layout="NCHW", kernel_layout="IOHW"' in model.mod.script(show_meta=False)
+    for seed in (0, 1):
+        x = model.example_input(seed=seed)
+        _close(evaluate(model.mod, x), _litert(TCONV, x))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["host", pytest.param("pi3", marks=[pytest.mark.qemu, QEMU])])
+def test_transpose_conv_compiled_matches_litert(target, tmp_path):
+    from edge_sdk.models.importers import load_model_file
+    from edge_sdk.run import run_package
+
+    pkg = _compile(TCONV, target, tmp_path)
+    x = load_model_file(TCONV).example_input(seed=8)
+    np.save(tmp_path / "x.npy", x)
+    run = run_package(pkg, input_path=tmp_path / "x.npy", repeat=1, warmup=0, model=False)
+    assert run.golden_ok
+    _close(run.output, _litert(TCONV, x))

@@ -10,6 +10,7 @@ Files (seeded random weights, SEED below; tests/data/trained/README.md lists the
     keras_dynbatch_reshape_32_float.tflite  32x32x3, Keras MobileNet's head (pool, Reshape, 1x1 conv, Reshape)
     gray_48x48_1ch_float.tflite             48x48x1 grayscale classifier, logits scaled into the hundreds
     two_heads_32_float.tflite               32x32x3, two outputs as detectors have: boxes 1x64x4, scores 1x64x1
+    transpose_conv_8_float.tflite           8x8x3 -> TRANSPOSE_CONV stride 2 -> 16x16x4
     onnx_two_heads_symbolic_opset13.onnx    torch.onnx.export, input 'images' N,3,H,W symbolic; boxes, scores
     custom_op_bessel_float.tflite           a CUSTOM op (BesselI0e): the error must name it
     weights_{sparse,fp16,sparse_fp16}_float.tflite, weights_hybrid_int8.tflite: one net, four weight storages
@@ -181,13 +182,24 @@ def onnx_resize() -> None:
     print(f"{OUT / name}: {(OUT / name).stat().st_size} bytes")
 
 
+def transpose_conv():
+    """Keras Conv2DTranspose (stride 2, same): the builtin TRANSPOSE_CONV segmentation decoders use."""
+    import tf_keras as keras
+
+    L = keras.layers
+    inp = keras.Input((8, 8, 3))
+    x = L.Conv2D(8, 3, padding="same", activation="relu")(inp)
+    return keras.Model(inp, L.Conv2DTranspose(4, 3, strides=2, padding="same")(x))
+
+
 def main() -> None:
     import tf_keras as keras
 
     OUT.mkdir(parents=True, exist_ok=True)
     for i, (fn, name) in enumerate([(dynbatch_reshape, "keras_dynbatch_reshape_32_float.tflite"),
                                     (grayscale, "gray_48x48_1ch_float.tflite"),
-                                    (two_heads, "two_heads_32_float.tflite")]):
+                                    (two_heads, "two_heads_32_float.tflite"),
+                                    (transpose_conv, "transpose_conv_8_float.tflite")]):
         keras.utils.set_random_seed(SEED + i)
         _save(fn(), name)
     onnx_two_heads_symbolic()

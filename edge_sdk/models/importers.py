@@ -117,8 +117,19 @@ def _signature_names(tfl) -> dict[int, str]:
     return {int(sig.Outputs(i).TensorIndex()): sig.Outputs(i).Name().decode() for i in range(sig.OutputsLength())}
 
 
+def _transpose_conv_nchw(mod):
+    """TFLite's TRANSPOSE_CONV imports as an NHWC conv2d_transpose, which TVM 0.27 cannot legalize (TOPI has
+    the NCHW / IOHW one only): permute around it (ConvertLayout), leaving every other op as it is."""
+    from tvm import relax
+
+    if "conv2d_transpose" not in mod.script(show_meta=False):
+        return mod
+    return relax.transform.ConvertLayout({"relax.nn.conv2d_transpose": ["NCHW", "IOHW"]})(mod)
+
+
 def _outputs(mod, specs, path: Path):
     """One output: reshaped to the file's shape; several: main returns their flat concatenation (models/outputs.py)."""
+    mod = _transpose_conv_nchw(mod)
     if len(specs) == 1:
         return _reshape_output(mod, specs[0][1])
     return flatten_main(mod, specs, path)

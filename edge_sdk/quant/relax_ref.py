@@ -157,6 +157,10 @@ def _eval_call(call, args):
     if op == "relax.nn.pad":
         pw = _ints(a.pad_width)
         return np.pad(args[0], list(zip(pw[0::2], pw[1::2])), constant_values=float(a.pad_value) if hasattr(a, "pad_value") else 0.0)
+    if op == "relax.nn.conv2d_transpose":
+        from edge_sdk.quant.resize_ref import conv2d_transpose
+
+        return conv2d_transpose(args[0], args[1], a, _shape(call.ty))
     if op == "relax.image.resize2d":
         from edge_sdk.quant.resize_ref import resize2d
 

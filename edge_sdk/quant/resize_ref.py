@@ -1,4 +1,4 @@
-"""numpy reference of relax.image.resize2d: nearest and (bi)linear, the modes the ONNX and TFLite exporters
+"""numpy references of the upsampling ops: relax.nn.conv2d_transpose (NCHW / IOHW, groups 1) and relax.image.resize2d: nearest and (bi)linear, the modes the ONNX and TFLite exporters
 write, with every coordinate transformation the importers produce (half_pixel, pytorch_half_pixel,
 align_corners, asymmetric, tf_half_pixel_for_nn) and nearest's rounding methods, in float64.
 
@@ -70,3 +70,26 @@ def resize2d(x: np.ndarray, size: list[int], attrs) -> np.ndarray:
     mode, rounding = str(attrs.coordinate_transformation_mode), str(attrs.rounding_method)
     y = _axis(np.asarray(x, np.float64), h_ax, int(size[0]), method, mode, rounding)
     return _axis(y, w_ax, int(size[1]), method, mode, rounding)
+
+
+def conv2d_transpose(x: np.ndarray, w: np.ndarray, attrs, out_shape: list[int]) -> np.ndarray:
+    """relax.nn.conv2d_transpose, NCHW data and IOHW kernel, groups 1, in float64: every input pixel scatters
+    its kernel-weighted copy at stride s (dilation d), then the padding is cropped off (TFLite TRANSPOSE_CONV /
+    ONNX ConvTranspose arithmetic)."""
+    if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "IOHW" or int(attrs.groups) != 1:
+        raise ModelError(f"reference: conv2d_transpose {attrs.data_layout}/{attrs.kernel_layout} groups "
+                         f"{attrs.groups} is not supported (NCHW/IOHW, groups 1)")
+    sh, sw = (int(v) for v in attrs.strides)
+    dh, dw = (int(v) for v in attrs.dilation)
+    pt, pl = int(attrs.padding[0]), int(attrs.padding[1])
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    n, _, h, wd = x.shape
+    kh, kw = w.shape[2], w.shape[3]
+    oh, ow = out_shape[2], out_shape[3]
+    full = np.zeros((n, w.shape[1], max((h - 1) * sh + dh * (kh - 1) + 1, pt + oh),
+                     max((wd - 1) * sw + dw * (kw - 1) + 1, pl + ow)))
+    for ky in range(kh):
+        for kx in range(kw):
+            full[:, :, ky * dh:ky * dh + (h - 1) * sh + 1:sh, kx * dw:kx * dw + (wd - 1) * sw + 1:sw] += \
+                np.einsum("nchw,co->nohw", x, w[:, :, ky, kx])
+    return full[:, :, pt:pt + oh, pl:pl + ow]
