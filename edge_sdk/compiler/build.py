@@ -89,7 +89,7 @@ def reference_output(model: Model, x: np.ndarray) -> tuple[np.ndarray, str]:
 
 def lower_float(model: Model, variant: Variant, target: Target, *, progress, seed: int,
                 tuning=None) -> Lowered:
-    """`tuning`: a tuning.store.RecordSet (None: our schedules only)."""
+    """`tuning`: a tune.store.RecordSet (None: our schedules only)."""
     from edge_sdk.compiler.lower import compile_relax
 
     x = model.example_input(seed=seed)

@@ -25,7 +25,7 @@ from pathlib import Path
 from edge_sdk import __version__
 
 _PKG = Path(__file__).resolve().parents[1]  # edge_sdk/
-_SOURCE_DIRS = ("compiler", "models", "quant", "runtime")
+_SOURCE_DIRS = ("compiler", "graph", "models", "quant", "runtime")  # graph/: the op registry both read
 _SOURCE_FILES = ("__init__.py", "package.py", "targets.py", "variants.py", "tune/store.py")  # records: tuning_digest
 
 
