@@ -17,8 +17,9 @@ HOST = get_target("host")
 RNG = np.random.default_rng(23)
 
 
-def _case(*, ab, wb, h, w, c, o, k, stride, glue_bits, residual=None):
-    """(spec, [input arrays], reference output): random codes and glue, uint16 words in and out."""
+def _case(*, ab, wb, h, w, c, o, k, stride, glue_bits, residual=None, grouped=False):
+    """(spec, [input arrays], reference output): random codes and glue, uint16 words in and out; grouped:
+    the weights in the layout of the pi3 tile's lane groups (ConvSpec.w_group = schedule.weight_group)."""
     word, pad = "uint16", (k - 1) // 2
     spec = dict(batch=1, height=h, width=w, channels=c, filters=o, kernel=k, stride=stride, padding=pad,
                 a_bits=ab, w_bits=wb, mode="unipolar", word=word, glue_out_bits=glue_bits, out_word=word,
@@ -27,6 +28,10 @@ def _case(*, ab, wb, h, w, c, o, k, stride, glue_bits, residual=None):
     acc = bs.bitserial_conv2d_nhwc(a, wt, a_bits=ab, w_bits=wb, mode="unipolar", stride=stride, padding=pad,
                                    word=word)
     ins = [bs.pack_activations(a, bits=ab, word=word), bs.pack_conv_weights(wt, bits=wb, word=word)]
+    if grouped:
+        spec["w_group"] = schedule.weight_group(spec, arch="aarch64")
+        assert spec["w_group"], spec  # every grouped case has a model tile
+        ins[1] = ops.group_weights(ins[1], spec["w_group"])
     if glue_bits is None:
         return spec, ins, acc.astype("int32")
     glue = g.FusedGlue(shift=RNG.integers(-1, 5, o), offset=RNG.integers(-30, 30, o), flip=np.zeros(o, bool),
@@ -81,10 +86,18 @@ def a53_tile_on_host(monkeypatch):
     monkeypatch.setitem(schedule.SCHEDULES, HOST.arch, cfg)
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_a53_tile_matches_reference_on_host(case, a53_tile_on_host):
+GROUPED = [i for i in (0, 1, 2, 4, 5, 6, 8) if schedule.weight_group(dict(
+    width=CASES[i][3], channels=CASES[i][4], filters=CASES[i][5], kernel=CASES[i][6], stride=CASES[i][7],
+    padding=(CASES[i][6] - 1) // 2, a_bits=CASES[i][0], w_bits=CASES[i][1], word="uint16",
+    glue_out_bits=CASES[i][8], out_word="uint16"), arch="aarch64")]
+
+
+@pytest.mark.parametrize("case,grouped", [(c, False) for c in CASES] + [(CASES[i], True) for i in GROUPED],
+                         ids=IDS + [f"{IDS[i]}-grouped" for i in GROUPED])
+def test_a53_tile_matches_reference_on_host(case, grouped, a53_tile_on_host):
     ab, wb, h, w, c, o, k, s, gb, res = case
-    spec, ins, ref = _case(ab=ab, wb=wb, h=h, w=w, c=c, o=o, k=k, stride=s, glue_bits=gb, residual=res)
+    spec, ins, ref = _case(ab=ab, wb=wb, h=h, w=w, c=c, o=o, k=k, stride=s, glue_bits=gb, residual=res,
+                           grouped=grouped)
     ex = ops.build(ops.conv2d_prim_func(arch=HOST.arch, **spec), target=HOST)
     out = tvm.runtime.tensor(np.zeros(ref.shape, ref.dtype))
     ex.mod["main"](*[tvm.runtime.tensor(np.ascontiguousarray(v)) for v in ins], out)
@@ -93,9 +106,12 @@ def test_a53_tile_matches_reference_on_host(case, a53_tile_on_host):
 
 @pytest.mark.slow
 @pytest.mark.qemu
-@pytest.mark.parametrize("case", [CASES[i] for i in (0, 1, 2, 4, 5, 6, 8)], ids=[IDS[i] for i in (0, 1, 2, 4, 5, 6, 8)])
-def test_a53_tile_matches_reference_under_qemu(case, tmp_path):
-    """pi3's schedule compiled for aarch64 and run by our runner under qemu -cpu cortex-a53."""
+@pytest.mark.parametrize("case,grouped", [(CASES[i], False) for i in (0, 1, 2, 4, 5, 6, 8)]
+                         + [(CASES[i], True) for i in GROUPED],
+                         ids=[IDS[i] for i in (0, 1, 2, 4, 5, 6, 8)] + [f"{IDS[i]}-grouped" for i in GROUPED])
+def test_a53_tile_matches_reference_under_qemu(case, grouped, tmp_path):
+    """pi3's schedule compiled for aarch64 and run by our runner under qemu -cpu cortex-a53 (weights in both
+    layouts)."""
     pi3 = get_target("pi3")
     if shutil.which(pi3.cross_cc) is None or shutil.which("qemu-aarch64") is None:
         pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
@@ -104,7 +120,7 @@ def test_a53_tile_matches_reference_under_qemu(case, tmp_path):
     from edge_sdk.runtime.execute import LocalRun, run_compiled
 
     ab, wb, h, w, c, o, k, s, gb, res = case
-    spec, ins, ref = _case(ab=ab, wb=wb, h=h, w=w, c=c, o=o, k=k, stride=s, glue_bits=gb, residual=res)
+    spec, ins, ref = _case(ab=ab, wb=wb, h=h, w=w, c=c, o=o, k=k, stride=s, glue_bits=gb, residual=res, grouped=grouped)
     func = ops.conv2d_prim_func(arch=pi3.arch, **spec).with_attrs({"global_symbol": "conv", "op_pattern": 8})
     bb = relax.BlockBuilder()
     rvars = [relax.Var(f"a{i}", relax.TensorType(list(v.shape), str(v.dtype))) for i, v in enumerate(ins)]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_sdk.compiler.bitserial import io, kernels as ops
+from edge_sdk.compiler.bitserial import io, kernels as ops, schedule
 from edge_sdk.compiler.bitserial.schedule import network_word
 from edge_sdk.errors import CompileError
 from edge_sdk.models.binarized import DwPw
@@ -70,9 +70,12 @@ class _Emitter:
         spec = dict(batch=n, height=h, width=w, channels=c, filters=conv.out_shape[3], kernel=conv.kernel,
                     stride=conv.stride, padding=conv.pad, a_bits=conv.a_bits, w_bits=conv.w_bits,
                     mode=self.net.mode, word=self.word)
-        args = [inp, self.const(pack_conv_weights(conv.w_codes, bits=conv.w_bits, word=self.word))]
         if glue_out:
             spec.update(glue_out_bits=conv.out_bits, out_word=self.word, residual=residual, res_lshift=res_lshift)
+        packed = pack_conv_weights(conv.w_codes, bits=conv.w_bits, word=self.word)
+        spec["w_group"] = schedule.weight_group(spec, arch=self.arch)  # each popc tile's weights contiguous
+        args = [inp, self.const(ops.group_weights(packed, spec["w_group"]) if spec["w_group"] else packed)]
+        if glue_out:
             args += self.glue_consts(conv) + list(res_args)
             shape = (*conv.out_shape[:3], -(-conv.out_shape[3] // ops.WORD_BITS[self.word]), conv.out_bits)
             ty = self.relax.TensorType(shape, self.word)

@@ -118,6 +118,7 @@ class ConvSpec:
     residual: str | None = None
     res_lshift: int = 0
     pad_value: int = 0
+    w_group: int = 0  # > 0 (unipolar): weights stored (O / w_group, KH, KW, ceil(C/W), B, w_group), see _weights
 
     @property
     def cw(self) -> int:
@@ -129,6 +130,35 @@ class ConvSpec:
         t, l, b, r = pad4(self.padding)
         return (conv_out_size(self.height, self.kernel, self.stride, t, b),
                 conv_out_size(self.width, self.kernel, self.stride, l, r))
+
+
+def _weights(s: ConvSpec):
+    """(the weight placeholder, its (KH, KW, Cw, B, O) view). w_group = L stores each group of L output
+    channels' weights contiguously, (O/L, KH, KW, Cw, B, L), the view inlined by the schedule. Why: in
+    (KH, KW, Cw, B, O) one popc tile's L lanes are 2L bytes of every O * 2-byte row, and with O = 256..1024
+    those rows are 0.5-2 KB apart: a few of the L1's 128 sets (4 ways) hold all of a tile's taps, so the
+    weights were re-read from L2 on every pixel tile (layer3/4 3x3: ~1.5 M of ~9 M modelled cycles)."""
+    from tvm import te
+
+    if not s.w_group:
+        w = te.placeholder((s.kernel, s.kernel, s.cw, s.w_bits, s.filters), s.word, name="weight")
+        return w, w
+    if s.mode != "unipolar" or s.filters % s.w_group:
+        raise CompileError(f"bitserial conv2d: weight groups of {s.w_group} need unipolar mode and a multiple of "
+                           f"{s.w_group} filters (got {s.mode}, {s.filters})")
+    g = s.w_group
+    stored = te.placeholder((s.filters // g, s.kernel, s.kernel, s.cw, s.w_bits, g), s.word, name="weight")
+    view = te.compute((s.kernel, s.kernel, s.cw, s.w_bits, s.filters),
+                      lambda ry, rx, rc, j, f: stored[f // g, ry, rx, rc, j, f % g], name="weight_view")
+    return stored, view
+
+
+def group_weights(packed, group: int):
+    """pack_conv_weights' (KH, KW, Cw, B, O) words in ConvSpec.w_group's layout (O/group, KH, KW, Cw, B, group)."""
+    import numpy as np
+
+    kh, kw, cw, b, o = packed.shape
+    return np.ascontiguousarray(packed.reshape(kh, kw, cw, b, o // group, group).transpose(4, 0, 1, 2, 3, 5))
 
 
 def _check_conv(s: ConvSpec) -> None:
@@ -217,10 +247,10 @@ def conv2d_compute(spec: ConvSpec | None = None, /, **fields):
     s = spec if spec is not None else ConvSpec(**fields)
     _check_conv(s)
     data = te.placeholder((s.batch, s.height, s.width, s.cw, s.a_bits), s.word, name="data")
-    wgt = te.placeholder((s.kernel, s.kernel, s.cw, s.w_bits, s.filters), s.word, name="weight")
+    stored, wgt = _weights(s)
     conv = (_unipolar_acc if s.mode == "unipolar" else _bipolar_acc)(s, data, wgt)
     if s.glue_out_bits is None:
-        return [data, wgt], conv
+        return [data, stored], conv
     lsh, off, rsh = (te.placeholder((s.filters,), "int32", name=k) for k in ("lshift", "offset", "rshift"))
     extra, res_term = _residual(s)
     qmax = (1 << s.glue_out_bits) - 1
@@ -232,7 +262,7 @@ def conv2d_compute(spec: ConvSpec | None = None, /, **fields):
         return tirx.max(tirx.min(t, qmax), 0)
 
     q = te.compute(conv.shape, glue, name="glue")
-    inputs = [data, wgt, lsh, off, rsh, *extra]
+    inputs = [data, stored, lsh, off, rsh, *extra]
     if s.mode == "unipolar" and s.filters % WORD_BITS[s.out_word] == 0:  # whole words: the vector bitpack
         return inputs, popc.pack_planes(q, bits=s.glue_out_bits, word=s.out_word)
     return inputs, bitpack(q, bits=s.glue_out_bits, word=s.out_word, name="pack")

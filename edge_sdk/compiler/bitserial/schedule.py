@@ -73,6 +73,29 @@ def pop_tile(*, ow: int, o: int, a_bits: int, w_bits: int, out_bits: int, budget
     return best[1] if best else None
 
 
+def weight_group(spec: dict, *, arch: str) -> int:
+    """The lanes of the popc tile _model_tile will pick for a conv of these ConvSpec fields (0: none), which
+    is the ConvSpec.w_group its weights are stored in (each tile's weights contiguous)."""
+    from edge_sdk.quant.bitserial import conv_out_size, pad4
+
+    cfg = arch_schedule(arch)
+    word, k = spec.get("word", "uint32"), spec["kernel"]
+    cw = -(-spec["channels"] // WORD_BITS[word])
+    if (not cfg.tile_budget or spec.get("mode", "unipolar") != "unipolar" or word == "uint8"
+            or popc.acc_dtype(word=word, taps=k * k, words=cw) != "uint16"):
+        return 0
+    out_bits = 0
+    if spec.get("glue_out_bits") is not None:
+        if spec["filters"] % WORD_BITS[spec.get("out_word", "uint32")]:
+            return 0  # a partial output word: the scalar bitpack, no model tile
+        out_bits = 1
+    _, l, _, r = pad4(spec.get("padding", 0))
+    ow = conv_out_size(spec["width"], k, spec.get("stride", 1), l, r)
+    tile = pop_tile(ow=ow, o=spec["filters"], a_bits=spec["a_bits"], w_bits=spec["w_bits"], out_bits=out_bits,
+                    budget=cfg.tile_budget)
+    return tile.lanes if tile else 0
+
+
 def network_word(arch: str) -> str:
     """The packing word type a whole network uses on `arch` (weights, activations, outputs)."""
     return arch_schedule(arch).word
@@ -97,6 +120,8 @@ def schedule_conv2d(func, *, arch: str):
 
     cfg = arch_schedule(arch)
     sch = s_tir.Schedule(func)
+    if popc.has_block(sch, "weight_view"):  # grouped weights (ConvSpec.w_group): index the stored layout
+        sch.compute_inline(sch.get_sblock("weight_view"))
     conv = sch.get_sblock("conv")
     _, _, ow, o = (int(v) for v in sch.get(conv).writes[0].source.shape)
     xt = _divisor(ow, cfg.xt)
