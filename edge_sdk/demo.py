@@ -55,6 +55,7 @@ class DemoOptions:
     db: Path | None = None  # the results store (run_demo needs it)
     dashboard: Path | None = None  # the HTML file to write (run_demo needs it)
     accuracy_images: int | None = None  # held-out digits eval'd on the emulated Pi (None: all 360; 0: no accuracy rows)
+    pi_suite: str | None = None  # the emulated Pi's Debian suite: bookworm or trixie (None: $EDGE_SDK_PI_SUITE or bookworm)
 
 
 @dataclass
@@ -100,7 +101,7 @@ def run_demo(opts: DemoOptions) -> DemoReport:
         frames_dir = write_sample_frames(Path(tmp) / "frames", n=opts.frames,
                                          size=(opts.resolution * 2, opts.resolution * 3 // 2))
         for target in targets:
-            fleet, kind = start_device(target, stack=stack, say=say)
+            fleet, kind = start_device(target, stack=stack, say=say, suite=opts.pi_suite)
             rows += run_on_device(fleet, kind=kind, packages=pkgs[target], frames_dir=frames_dir, local=Path(tmp),
                                   opts=opts, say=say, modelled=modelled)
             if digits and target == "pi3":
@@ -176,7 +177,7 @@ def write_sample_frames(folder: Path, *, n: int, size: tuple[int, int]) -> Path:
 
 # ---- devices ---------------------------------------------------------------------------------
 
-def start_device(target: str, *, stack: ExitStack, say):
+def start_device(target: str, *, stack: ExitStack, say, suite: str | None = None):
     """The target's stand-in device (targets.py): an emulated Pi for pi3 packages, a loopback sshd device for
     host ones; stopped by `stack`."""
     from edge_sdk.targets import get_target
@@ -188,14 +189,15 @@ def start_device(target: str, *, stack: ExitStack, say):
     root = tempfile.mkdtemp(prefix=f"edge-sdk-demo-{target}-")
     mod = stand_in_module(tgt.stand_in)
     if tgt.stand_in == "emulated_pi":
-        if not (mod.rootfs_dir() / ".edge-sdk-rootfs").exists():
-            say("building the emulated Pi's arm64 root filesystem once (debootstrap, ~4 min)")
         try:
+            suite = suite or mod.default_suite()
+            if not (mod.rootfs_dir(suite) / ".edge-sdk-rootfs").exists():
+                say(f"building the emulated Pi's arm64 {suite} root filesystem once (debootstrap, ~4-6 min)")
             t1 = time.monotonic()
-            fleet = mod.EmulatedFleet.start(1, root, trust=True)
+            fleet = mod.EmulatedFleet.start(1, root, trust=True, suite=suite)
         except mod.EmulatedError as e:
             raise DeviceError(f"cannot start the emulated Pi: {e}") from None
-        kind = f"emulated Pi 3 (arm64 Debian, qemu {tgt.emulate_cpu})"
+        kind = f"emulated Pi 3 (arm64 Debian {suite}, qemu {tgt.emulate_cpu})"
     else:
         try:
             t1 = time.monotonic()

@@ -286,7 +286,7 @@ def test_the_one_way_rule_sees_a_backwards_edge():
 
 # -- runtime/device/ is exactly what ships to the device, and runs there with python3 + numpy + the bundle ------
 DEVICE = ROOT / "edge_sdk" / "runtime" / "device"
-DEVICE_IMPORTS = {"numpy", "tvm_ffi", "nacl", "edge_sdk_runtime", "__future__"}  # + the standard library
+DEVICE_IMPORTS = {"numpy", "tvm_ffi", "edge_sdk_runtime", "__future__"}  # + the standard library
 DEVICE_OPTIONAL = {"PIL"}  # inside a function only, with an error naming the fix when absent (image files)
 
 
@@ -296,7 +296,7 @@ def _bundle_constant(name: str):
                 and any(isinstance(t, ast.Name) and t.id == name for t in n.targets))
 
 
-def test_runtime_device_imports_only_the_stdlib_numpy_tvm_ffi_nacl():
+def test_runtime_device_imports_only_the_stdlib_numpy_tvm_ffi():
     bad = []
     for p in sorted(DEVICE.glob("*.py")):
         tree = ast.parse(p.read_text())

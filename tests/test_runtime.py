@@ -106,6 +106,19 @@ def test_bundle_elves_need_only_bundle_or_base_image(arch):
     assert "$ORIGIN/../lib" in runpath
 
 
+def test_aarch64_bundle_runs_on_bookworm_and_trixie_pythons():
+    """tvm_ffi's core extension for each device Python (Bookworm 3.11, Trixie 3.13) side by side, and no
+    other compiled Python extension (the signature check is pure Python: no nacl/_cffi_backend)."""
+    root = ensure_bundle("aarch64")
+    meta = read_bundle_manifest(root)
+    cores = sorted(f for f in meta["files"] if f.startswith("python/tvm_ffi/core."))
+    assert cores == ["python/tvm_ffi/core.cpython-311-aarch64-linux-gnu.so",
+                     "python/tvm_ffi/core.cpython-313-aarch64-linux-gnu.so"]
+    assert meta["device_pythons"] == ["3.11", "3.13"]
+    extensions = [f for f in meta["files"] if f.startswith("python/") and f.endswith(".so") and "/lib/" not in f]
+    assert extensions == [c for c in extensions if c in cores], extensions
+
+
 def test_verify_bundle_reports_a_changed_file(tmp_path):
     import shutil
 

@@ -26,6 +26,8 @@ def add_demo_parser(sub) -> None:
     p.add_argument("--accuracy-images", type=int, metavar="N", help="held-out digits the trained classifier "
                    "(float32, int8, w1a2) is evaluated on, on the emulated Pi (default: all 360; 0: skip)")
     p.add_argument("--no-host", action="store_true", help="skip the host packages and the loopback device")
+    p.add_argument("--pi-suite", choices=("bookworm", "trixie"), help="the emulated Pi's Debian suite, as Raspberry "
+                   "Pi OS 64-bit 12 (Python 3.11) or 13 (Python 3.13) (default: $EDGE_SDK_PI_SUITE or bookworm)")
     p.add_argument("--db", type=Path, help="results database (default: the user's results store)")
     p.add_argument("--dashboard", type=Path, help="HTML file to write (default: next to the database)")
     p.add_argument("--out-dir", type=Path, help="package cache (default $EDGE_SDK_CACHE/demo)")
@@ -47,7 +49,8 @@ def drive_demo(args) -> int:
                                       classes=args.classes, bitserial=args.bitserial, frames=args.frames,
                                       threads=args.threads, host=not args.no_host, db=db,
                                       dashboard=args.dashboard or db.with_name("dashboard.html"),
-                                      out_dir=args.out_dir or cache / "demo", accuracy_images=args.accuracy_images))
+                                      out_dir=args.out_dir or cache / "demo", accuracy_images=args.accuracy_images,
+                                      pi_suite=args.pi_suite))
     finally:
         signal.signal(signal.SIGTERM, old)
     if args.json:

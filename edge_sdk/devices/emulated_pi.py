@@ -1,4 +1,5 @@
-"""Emulated Raspberry Pis: real aarch64 Debian bookworm userlands, each with its own arm64 sshd.
+"""Emulated Raspberry Pis: real aarch64 Debian userlands (bookworm or trixie, the suites Raspberry Pi
+OS 64-bit is built on), each with its own arm64 sshd.
 
 Each device is a copy-on-write overlay over one cached arm64 root filesystem, with its own
 hostname (UTS namespace), network namespace reached through a veth pair (host 10.a.b.1, device
@@ -7,8 +8,8 @@ qemu-user-static through binfmt_misc with QEMU_CPU=cortex-a53 (a Pi 3's core); e
 the SDK opens runs aarch64 code. Emulated, so slow: ~0.5 s per SSH login, models run ~10-50x
 slower than on a Pi. Needs root, debootstrap, qemu-user-static and binfmt-support.
 
-    python -m edge_sdk.devices.emulated_pi build                       # once, ~4 min, cached
-    python -m edge_sdk.devices.emulated_pi start --n 1 --dir /tmp/pis [--trust]
+    python -m edge_sdk.devices.emulated_pi build [--suite trixie]      # once per suite, ~4-6 min, cached
+    python -m edge_sdk.devices.emulated_pi start --n 1 --dir /tmp/pis [--trust] [--suite trixie]
     EDGE_SDK_HOME=/tmp/pis edge-sdk fleet status --fleet /tmp/pis/fleet.yaml   # with --trust
     python -m edge_sdk.devices.emulated_pi stop --dir /tmp/pis
 
@@ -35,7 +36,8 @@ from pathlib import Path
 
 from edge_sdk.devices.base import StandInError, StandInFleet, keygen, kill_quietly, public_host_key, run
 
-SUITE = "bookworm"
+SUITES = ("bookworm", "trixie")  # Raspberry Pi OS 12 (Python 3.11) and 13 (Python 3.13)
+SUITE_ENV = "EDGE_SDK_PI_SUITE"  # the default suite when none is given (bookworm if unset)
 PACKAGES = "python3,python3-numpy,openssh-server,coreutils"
 MIRROR = "http://deb.debian.org/debian"
 USER, UID = "pi", 1000
@@ -87,8 +89,18 @@ def cache_root() -> Path:
     return Path(os.environ.get("EDGE_SDK_CACHE") or "~/.cache/edge-sdk").expanduser()
 
 
-def rootfs_dir() -> Path:
-    return cache_root() / "rootfs" / f"{SUITE}-arm64-r{_BUILD_REV}"
+def default_suite() -> str:
+    return check_suite(os.environ.get(SUITE_ENV) or SUITES[0])
+
+
+def check_suite(suite: str) -> str:
+    if suite not in SUITES:
+        raise EmulatedError(f"unknown suite {suite!r}: choose one of {', '.join(SUITES)}")
+    return suite
+
+
+def rootfs_dir(suite: str | None = None) -> Path:
+    return cache_root() / "rootfs" / f"{check_suite(suite or default_suite())}-arm64-r{_BUILD_REV}"
 
 
 # -- prerequisites and the root filesystem -------------------------------------------------------
@@ -116,10 +128,11 @@ def _flags(text: str) -> str:
     return next((ln.split(":", 1)[1] for ln in text.splitlines() if ln.startswith("flags:")), "")
 
 
-def build_rootfs(*, mirror: str = MIRROR, log=print) -> Path:
-    """The cached arm64 bookworm rootfs (debootstrap, ~4 min the first time) with user `pi`
+def build_rootfs(suite: str | None = None, *, mirror: str = MIRROR, log=print) -> Path:
+    """The cached arm64 rootfs of `suite` (debootstrap, ~4-6 min the first time) with user `pi`
     (uid 1000, no password: key login only) and no host keys (each device gets its own)."""
-    final = rootfs_dir()
+    suite = suite or default_suite()
+    final = rootfs_dir(suite)
     if (final / ".edge-sdk-rootfs").exists():
         return final
     check_host()
@@ -128,9 +141,9 @@ def build_rootfs(*, mirror: str = MIRROR, log=print) -> Path:
     os.chmod(tmp, 0o755)
     t0 = time.monotonic()
     try:
-        log(f"emulated_pi: debootstrap {SUITE} arm64 into {tmp} (takes minutes)")
+        log(f"emulated_pi: debootstrap {suite} arm64 into {tmp} (takes minutes)")
         p = subprocess.run(["debootstrap", "--arch=arm64", "--variant=minbase", f"--include={PACKAGES}",
-                            SUITE, os.fspath(tmp), mirror], capture_output=True, text=True)
+                            suite, os.fspath(tmp), mirror], capture_output=True, text=True)
         if p.returncode != 0:
             raise EmulatedError(f"debootstrap failed ({p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
         for key in (tmp / "etc/ssh").glob("ssh_host_*"):
@@ -140,7 +153,7 @@ def build_rootfs(*, mirror: str = MIRROR, log=print) -> Path:
         shutil.rmtree(tmp / "var/lib/apt/lists", ignore_errors=True)
         (tmp / "var/lib/apt/lists/partial").mkdir(parents=True)
         (tmp / ".edge-sdk-rootfs").write_text(json.dumps(
-            {"suite": SUITE, "packages": PACKAGES, "mirror": mirror, "seconds": round(time.monotonic() - t0, 1)}))
+            {"suite": suite, "packages": PACKAGES, "mirror": mirror, "seconds": round(time.monotonic() - t0, 1)}))
         if final.exists():
             _rmtree(final)
         os.replace(tmp, final)
@@ -162,6 +175,7 @@ class PiDevice:
     dir: str
     pid: int | None = None  # the `unshare` process holding the device's namespaces
     port: int = 22
+    suite: str = SUITES[0]  # the Debian suite of its root filesystem
 
     host_key_file = property(lambda self: Path(self.dir) / "upper/etc/ssh/ssh_host_ed25519_key")
     log = property(lambda self: Path(self.dir) / "sshd.log")
@@ -182,17 +196,18 @@ class EmulatedFleet(StandInFleet):
     POLL = 0.1
 
     @classmethod
-    def _check_start(cls, n: int) -> None:
+    def _check_start(cls, n: int, suite: str | None = None) -> None:
         check_host()
         if not 1 <= n <= 16:
             raise EmulatedError("--n must be from 1 to 16")
-        build_rootfs()
+        build_rootfs(suite)
 
-    def _create(self, n: int) -> None:
+    def _create(self, n: int, suite: str | None = None) -> None:
+        suite = suite or default_suite()
         for i, net in enumerate(_free_subnets(n)):
             hosts = list(net.hosts())
             dev = PiDevice(f"pi{i + 1}", str(hosts[1]), str(hosts[0]), f"edge-pi-{self.fleet_id}-{i + 1}",
-                           f"ep{self.fleet_id}{i + 1}", os.fspath(self.root / f"pi{i + 1}"))
+                           f"ep{self.fleet_id}{i + 1}", os.fspath(self.root / f"pi{i + 1}"), suite=suite)
             self.devices.append(dev)
             self._provision(dev)
             self._save()
@@ -270,7 +285,7 @@ class EmulatedFleet(StandInFleet):
         dev.log.symlink_to(log)
         argv = ["ip", "netns", "exec", dev.netns, "unshare", "--mount", "--uts", "--pid", "--fork",
                 "--kill-child=SIGKILL", "/bin/sh", "-c", _BOOT, "edge-pi-boot",
-                os.fspath(rootfs_dir()), os.fspath(d / "upper"), os.fspath(d / "work"), os.fspath(d / "root"),
+                os.fspath(rootfs_dir(dev.suite)), os.fspath(d / "upper"), os.fspath(d / "work"), os.fspath(d / "root"),
                 dev.name, "/var/log/sshd.log"]
         boot_log = open(d / "boot.log", "wb")  # noqa: SIM115 - kept by the child
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=boot_log, stderr=boot_log,
@@ -294,7 +309,8 @@ class EmulatedFleet(StandInFleet):
                 + dev.log.read_text(errors="replace")[-2000:])
 
     def _fleet_yaml_lines(self) -> list[str]:
-        lines = ["# written by edge_sdk.devices.emulated_pi: arm64 Debian under qemu, one namespace each",
+        suites = ", ".join(sorted({d.suite for d in self.devices}))
+        lines = [f"# written by edge_sdk.devices.emulated_pi: arm64 Debian {suites} under qemu, one namespace each",
                  f"defaults: {{user: {USER}, key: {self.client_key}, target: pi3}}", "devices:"]
         lines += [f"  {d.name}: {{host: {d.ip}, tags: [emulated]}}" for d in self.devices]
         return lines + ["groups:", "  emulated: {match: {tags: [emulated]}}", ""]
@@ -349,19 +365,21 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help=f"build (or find) the cached arm64 rootfs under {cache_root()}/rootfs")
     b.add_argument("--mirror", default=MIRROR)
+    b.add_argument("--suite", choices=SUITES, help=f"Debian suite (default: ${SUITE_ENV} or {SUITES[0]})")
     s = sub.add_parser("start", help="start N emulated Pis and write DIR/fleet.yaml")
     s.add_argument("--n", type=int, default=1)
     s.add_argument("--dir", required=True)
     s.add_argument("--trust", action="store_true", help="also write DIR/known_hosts (use EDGE_SDK_HOME=DIR)")
+    s.add_argument("--suite", choices=SUITES, help=f"Debian suite (default: ${SUITE_ENV} or {SUITES[0]})")
     t = sub.add_parser("stop", help="stop the emulated Pis in DIR and delete their namespaces and DIR")
     t.add_argument("--dir", required=True)
     args = ap.parse_args(argv)
     try:
         if args.cmd == "build":
-            print(build_rootfs(mirror=args.mirror))
+            print(build_rootfs(args.suite, mirror=args.mirror))
         elif args.cmd == "start":
             t0 = time.monotonic()
-            fleet = EmulatedFleet.start(args.n, args.dir, trust=args.trust)
+            fleet = EmulatedFleet.start(args.n, args.dir, trust=args.trust, suite=args.suite)
             for d in fleet.devices:
                 print(f"{d.name}: {USER}@{d.ip} (netns {d.netns}, pid {d.pid})")
             print(f"started in {time.monotonic() - t0:.1f} s; fleet file: {fleet.fleet_yaml}")

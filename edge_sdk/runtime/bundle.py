@@ -7,11 +7,12 @@ Layout of a bundle directory (cached under $EDGE_SDK_CACHE/runtime/<version>-<ar
     lib/libtvm_ffi.so          from the apache-tvm-ffi wheel for <arch>
     edge_sdk_runtime/          loader.py, so Python on the device can load models too; preprocess.py (image ->
                                model input, as the host does it); eval_batch.py (the device half of eval)
-    python/                    tvm_ffi (the cp311 wheel's Python part for <arch>, its core extension and
-                               lib/libtvm_ffi_testing.so; libtvm_ffi.so is found in ../lib) and
-                               typing_extensions.py: a device with python3 + numpy needs no pip;
-                               nacl/ + _cffi_backend (PyNaCl's abi3 wheel and cffi's cp311 one for <arch>,
-                               libsodium inside): what verify_package.py checks signatures with
+    python/                    tvm_ffi (the wheel's Python part for <arch>, its core extension built for
+                               each device Python side by side -- core.cpython-311-*.so for Raspberry Pi
+                               OS Bookworm, core.cpython-313-*.so for Trixie; Python picks by the suffix --
+                               and lib/libtvm_ffi_testing.so; libtvm_ffi.so is found in ../lib) and
+                               typing_extensions.py: a device with python3 + numpy needs no pip.
+                               verify_package.py checks signatures in pure Python: no compiled extension
     bundle.json                version, arch, sha256 + size of every file, total size
     bundle.sig.json            added by deploy on the device: Ed25519 over bundle.json (signing.py)
 
@@ -19,7 +20,7 @@ Why built here and not on the device: a Pi has no compiler and little time; the 
 cross-built with Debian's aarch64-linux-gnu-g++ against the libraries of the aarch64 manylinux
 wheels. The `version` is a hash of every member, so deploy can install a bundle once and skip it
 when the device already has that version. Libraries the members need beyond the bundle must be in
-a Raspberry Pi OS Lite 64-bit (bookworm) base image; the build checks that with readelf.
+a Raspberry Pi OS Lite 64-bit base image (bookworm, the older of the two); the build checks that with readelf.
 """
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ from edge_sdk.errors import CompileError, UsageError
 
 TVM_VERSION = "0.27.0.post1"
 TVM_FFI_VERSION = "0.1.14.post1"
-PYNACL_VERSION = "1.6.2"  # the device's signature verifier (aarch64 wheels; x86_64 takes the installed ones)
-CFFI_VERSION = "2.1.1"
+# The device Pythons the aarch64 bundle carries tvm_ffi's extension for: Bookworm's 3.11, Trixie's 3.13.
+DEVICE_PYTHONS = ("311", "313")
 ARCHES = ("aarch64", "x86_64")
 _WHEEL_PLATFORM = {"aarch64": "manylinux_2_28_aarch64"}
 _CXX = {"aarch64": ("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu"), "x86_64": ("g++", "g++")}
@@ -58,7 +59,7 @@ _HERE = Path(__file__).resolve().parent
 _DEVICE = _HERE / "device"  # what ships: the Python modules below and the runner's sources
 _PY_MODULES = ("loader.py", "preprocess.py", "eval_batch.py", "verify_package.py")  # runtime/device/*.py, in this order
 _RUNNER_SOURCES = ("runner.cc", "runner_profile.h", "runner_kernel.h")  # runtime/device/: edge-runner's C++
-_BUILD_REV = "5"  # bump when the build recipe below changes (4: edge-runner --kernel; 5: PyNaCl + verify_package.py)
+_BUILD_REV = "6"  # bump when the build recipe changes (4: edge-runner --kernel; 5: verify_package.py; 6: cp313, no PyNaCl)
 
 
 def cache_root() -> Path:
@@ -162,7 +163,7 @@ def _compiler(arch: str) -> str:
 def _inputs_key(arch: str, cxx: str) -> str:
     h = hashlib.sha256()
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
-    for part in (_BUILD_REV, arch, TVM_VERSION, TVM_FFI_VERSION, PYNACL_VERSION, CFFI_VERSION,
+    for part in (_BUILD_REV, arch, TVM_VERSION, TVM_FFI_VERSION, *DEVICE_PYTHONS,
                  version.splitlines()[0] if version else cxx):
         h.update(part.encode() + b"\0")
     for name in (*_RUNNER_SOURCES, *_PY_MODULES):
@@ -191,7 +192,6 @@ def _build(root: Path, arch: str, cxx: str, key: str) -> dict:
     (root / "edge_sdk_runtime/__init__.py").write_text(
         '"""edge-sdk device runtime: `from edge_sdk_runtime.loader import load`."""\n')
     _copy_python(src / "tvm_ffi", root / "python")
-    _copy_nacl(_nacl_tree(arch), root / "python")
     cmd = [
         cxx, "-std=c++17", "-O2", "-s", "-fPIE", "-pie",
         # Header paths end up in error messages; map them so the binary (and so the version)
@@ -219,7 +219,7 @@ def _build(root: Path, arch: str, cxx: str, key: str) -> dict:
         "tvm_version": TVM_VERSION,
         "tvm_ffi_version": TVM_FFI_VERSION,
         "typing_extensions_version": importlib.metadata.version("typing_extensions"),
-        "pynacl_version": PYNACL_VERSION if arch != "x86_64" else importlib.metadata.version("pynacl"),
+        "device_pythons": _pythons(root / "python/tvm_ffi"),
         "runner": "bin/edge-runner",
         "inputs_key": key,
         "compiler": cxx,
@@ -283,34 +283,10 @@ def _copy_python(ffi: Path, dest: Path) -> None:
     shutil.copy2(_typing_extensions(), dest / "typing_extensions.py")
 
 
-def _copy_nacl(src: Path, dest: Path) -> None:
-    """nacl/ (Python files and the _sodium extension, libsodium linked in) and _cffi_backend."""
-    for p in sorted((src / "nacl").rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts and (p.suffix == ".py" or p.name.startswith("_sodium.")):
-            (dest / p.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(p, dest / p.relative_to(src))
-    for p in sorted(src.glob("_cffi_backend.*.so")):
-        shutil.copy2(p, dest / p.name)
-
-
-def _nacl_tree(arch: str) -> Path:
-    """A directory with nacl/ and _cffi_backend.*.so for `arch`: this venv's on x86_64, else the
-    aarch64 wheels (downloaded once into the cache, like TVM's)."""
-    if arch == "x86_64":
-        nacl = importlib.util.find_spec("nacl")
-        backend = importlib.util.find_spec("_cffi_backend")
-        if nacl is None or backend is None or not nacl.origin or not backend.origin:
-            raise CompileError("the runtime bundle needs PyNaCl and cffi installed", hint="pip install pynacl")
-        root = Path(nacl.origin).parent.parent
-        if Path(backend.origin).parent != root:
-            raise CompileError(f"nacl ({root}) and _cffi_backend ({backend.origin}) are not installed side by side")
-        return root
-    tree = cache_root() / "wheels" / f"{arch}-pynacl{PYNACL_VERSION}-cffi{CFFI_VERSION}-py"
-    if (tree / ".complete").exists():
-        return tree
-    wheels = _download(arch, {"pynacl-": PYNACL_VERSION, "cffi-": CFFI_VERSION},
-                       [f"pynacl=={PYNACL_VERSION}", f"cffi=={CFFI_VERSION}"])
-    return _unpack(wheels, tree, r"nacl/.*\.py|nacl/_sodium\.abi3\.so|_cffi_backend\.cpython-311-[^/]*\.so")
+def _pythons(ffi: Path) -> list[str]:
+    """The Python versions tvm_ffi's core extension is here for ("3.11", "3.13")."""
+    tags = (re.match(r"core\.cpython-(\d)(\d+)-", p.name) for p in sorted(ffi.glob("core.*.so")))
+    return [f"{m.group(1)}.{m.group(2)}" for m in tags if m]
 
 
 def _unpack(wheels: list[Path], tree: Path, keep: str) -> Path:
@@ -351,7 +327,7 @@ def _wheel_tree(arch: str) -> Path:
         if tvm_dir.parent != ffi_dir.parent:
             raise CompileError(f"tvm ({tvm_dir}) and tvm_ffi ({ffi_dir}) are not installed side by side")
         return tvm_dir.parent
-    tree = cache_root() / "wheels" / f"{arch}-tvm{TVM_VERSION}-ffi{TVM_FFI_VERSION}-py"
+    tree = cache_root() / "wheels" / f"{arch}-tvm{TVM_VERSION}-ffi{TVM_FFI_VERSION}-cp{'-'.join(DEVICE_PYTHONS)}-py"
     if (tree / ".complete").exists():
         return tree
     return _unpack(_download_wheels(arch), tree, r"tvm/lib/libtvm_runtime\.so|tvm_ffi/lib/libtvm_ffi(_testing)?\.so"
@@ -359,23 +335,26 @@ def _wheel_tree(arch: str) -> Path:
 
 
 def _download_wheels(arch: str) -> list[Path]:
-    return _download(arch, {"apache_tvm-": TVM_VERSION, "apache_tvm_ffi-": TVM_FFI_VERSION},
-                     [f"apache-tvm=={TVM_VERSION}", f"apache-tvm-ffi=={TVM_FFI_VERSION}"])
+    wheels = _download(arch, {"apache_tvm-": TVM_VERSION}, [f"apache-tvm=={TVM_VERSION}"])
+    for py in DEVICE_PYTHONS:  # tvm_ffi's core is a CPython extension: one build per device Python
+        wheels += _download(arch, {"apache_tvm_ffi-": TVM_FFI_VERSION}, [f"apache-tvm-ffi=={TVM_FFI_VERSION}"], py)
+    return wheels
 
 
-def _download(arch: str, pins: dict[str, str], requirements: list[str]) -> list[Path]:
-    """The pinned cp311 wheels for `arch` in the cache (pip download once; no install)."""
+def _download(arch: str, pins: dict[str, str], requirements: list[str], python: str = "311") -> list[Path]:
+    """The pinned wheels for `arch` and CPython `python` ("311") in the cache (pip download once; no install)."""
     dest = cache_root() / "wheels"
     dest.mkdir(parents=True, exist_ok=True)
 
-    def found() -> list[Path]:
+    def found() -> list[Path]:  # a version-specific wheel (cpXY-cpXY) or one for every Python (py3-none)
         return [w for w in dest.glob(f"*{arch}*.whl") for p, v in pins.items()
-                if w.name.lower().startswith(p.lower() + v + "-")]
+                if w.name.lower().startswith(p.lower() + v + "-")
+                and (f"-cp{python}-" in w.name or "-py3-none-" in w.name)]
     if len(found()) == len(pins):
         return found()
     cmd = [
         sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
-        "--platform", _WHEEL_PLATFORM[arch], "--platform", f"manylinux2014_{arch}", "--python-version", "311",
+        "--platform", _WHEEL_PLATFORM[arch], "--platform", f"manylinux2014_{arch}", "--python-version", python,
         "-d", str(dest), *requirements,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)

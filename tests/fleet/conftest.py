@@ -60,9 +60,11 @@ def known_hosts_for(tmp_path):
 
 
 @pytest.fixture
-def emulated_pis():
+def emulated_pis(request):
     """One emulated Pi (arm64 sshd under qemu in its own namespaces); builds the cached rootfs
-    on first use (minutes)."""
+    on first use (minutes). Its Debian suite: the default (bookworm), or the one a test gives with
+    @pytest.mark.parametrize("emulated_pis", ["trixie"], indirect=True)."""
+    suite = getattr(request, "param", None)
     if os.geteuid() != 0:
         pytest.skip("emulated Pis need root (namespaces, mounts)")
     try:
@@ -70,7 +72,7 @@ def emulated_pis():
     except emulated.EmulatedError as e:
         pytest.skip(str(e))
     root = tempfile.mkdtemp(prefix="edge-sdk-pis-")
-    fleet = emulated.EmulatedFleet.start(1, root, trust=True)
+    fleet = emulated.EmulatedFleet.start(1, root, trust=True, suite=suite)
     yield fleet
     fleet.stop()
 

@@ -36,11 +36,18 @@ def default_runtime_lib() -> Path:
 def _import_tvm_ffi(runtime_lib: Path):
     """Import tvm_ffi first: its libtvm_ffi.so then satisfies libtvm_runtime's NEEDED by soname,
     so one FFI registry exists in the process (two copies would each hold half the functions)."""
+    manifest = runtime_lib.parent.parent / "bundle.json"
     try:
         import tvm_ffi
     except ImportError as e:
+        import sys
+
+        pythons = json.loads(manifest.read_text()).get("device_pythons") if manifest.is_file() else None
+        here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        if pythons and here not in pythons:  # tvm_ffi's core is built per Python version
+            raise LoaderError(f"{manifest}: this runtime carries tvm_ffi for Python {', '.join(pythons)}, but the "
+                              f"device runs Python {here} (Raspberry Pi OS Bookworm has 3.11, Trixie 3.13)") from e
         raise LoaderError(f"the device runtime needs the 'apache-tvm-ffi' Python package: {e}") from e
-    manifest = runtime_lib.parent.parent / "bundle.json"
     if manifest.is_file():
         want = json.loads(manifest.read_text()).get("tvm_ffi_version")
         have = getattr(tvm_ffi, "__version__", "unknown")
