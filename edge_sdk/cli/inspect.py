@@ -45,7 +45,7 @@ def drive_inspect(args) -> int:
     if ch.get("enabled"):
         text(f"schedule choice: {ch['workloads']} workloads on the {ch['target']} timing model ({ch['timing_model']}), "
              f"{ch['priced']} candidates priced, {ch['cached']} cached, {ch['changed_layers']} layers off the rule, "
-             f"~{ch['saved_cycles_est'] / 1e6:.1f} M modelled cycles saved by the estimate")
+             f"~{ch['saved_cycles_est'] / 1e6:.1f} M modelled cycles saved by the estimate (* cached)")
     sizes = ", ".join(f"{n} {v['size'] / 1e6:.2f} MB" for n, v in m["members"].items())
     out.print(f"total {m['totals']['flops'] / 1e9:.3f} GFLOP; {m['params']['count']} parameter tensors "
               f"({m['params']['bytes'] / 1e6:.2f} MB); members: {sizes}")
@@ -77,7 +77,7 @@ def _choice_cells(c: dict | None) -> list[str]:
     if not c:
         return ["", "", ""]
     mc = lambda v: f"{v / 1e6:.2f}" if isinstance(v, (int, float)) else "-"  # noqa: E731
-    return [f"{c['family']}:{c['schedule']}" + (" (cached)" if c.get("cached") else ""),
+    return [c["schedule"] + ("*" if c.get("cached") else ""),
             mc(c.get("modelled_cycles")), mc(c.get("default_cycles"))]
 
 
