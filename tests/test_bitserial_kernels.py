@@ -134,3 +134,23 @@ def test_pi3_popc_kernel_matches_reference_under_qemu(case, tmp_path):
                        emulate_cpu="cortex-a53", how=LocalRun(warmup=0, repeat=1))
     assert res.emulated
     np.testing.assert_array_equal(res.output, ref)
+
+
+def test_a_failed_build_is_a_compile_error_naming_the_target(monkeypatch):
+    """tvm 0.27 raises RuntimeError / ValueError from tvm_ffi (it has no tvm.error.TVMError: catching that
+    was an AttributeError on the error path)."""
+    import tvm
+    from tvm import te
+
+    from edge_sdk.compiler.bitserial import kernels
+    from edge_sdk.errors import CompileError
+    from edge_sdk.targets import get_target
+
+    def fail(*_a, **_k):
+        raise RuntimeError("LLVM ERROR: cannot select")  # what a codegen failure surfaces as
+
+    a = te.placeholder((4,), "float32")
+    func = te.create_prim_func([a, te.compute((4,), lambda i: a[i] * 2)])
+    monkeypatch.setattr(tvm, "compile", fail)
+    with pytest.raises(CompileError, match="target 'host' failed to build: LLVM ERROR"):
+        kernels.build(func, target=get_target("host"))

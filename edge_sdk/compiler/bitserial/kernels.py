@@ -312,5 +312,5 @@ def build(func, *, target):
 
     try:
         return tvm.compile(tvm.IRModule({"main": func}), target=target.tvm_target())
-    except tvm.error.TVMError as e:
+    except (RuntimeError, ValueError) as e:  # tvm 0.27 (tvm_ffi) raises these; it has no tvm.error.TVMError
         raise CompileError(f"bitserial op for target '{target.name}' failed to build: {e}") from e
