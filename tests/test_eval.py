@@ -204,7 +204,7 @@ def test_compile_preprocessing_options_go_into_the_manifest(tmp_path, data_dir, 
     assert "assuming" not in capsys.readouterr().err
     assert read_manifest(out)["input"]["preprocess"] == {
         "resize": [64, 64], "interpolation": "area", "crop": 0.875, "mean": [123.675, 116.28, 103.53],
-        "std": [58.4] * 3, "channel_order": "BGR"}
+        "std": [58.4] * 3, "channel_order": "BGR", "channels": 3}  # channels: 1 for grayscale models
 
 
 def test_zoo_models_carry_their_training_preprocessing():
