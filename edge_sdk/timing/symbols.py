@@ -15,22 +15,36 @@ from pathlib import Path
 from edge_sdk.timing.profile import Mapping
 
 NM = ("aarch64-linux-gnu-nm", "nm")
+_CODE = ("T", "t", "W", "i")  # nm's types of code symbols
+
+
+@functools.lru_cache(maxsize=64)
+def _nm_code_symbols(path: str, mtime: float = 0.0) -> tuple[tuple[int, int, str], ...]:
+    """(address, size, name) of every code symbol nm lists, the dynamic table first, then the static one;
+    size 0 where nm gives none. Empty if nm cannot read the file. One nm run per table, shared by
+    elf_symbols and function_extents."""
+    tool = next((t for t in NM if shutil.which(t)), None)
+    if tool is None or not Path(path).is_file():
+        return ()
+    out = []
+    for extra in (["-D"], []):
+        proc = subprocess.run([tool, "--defined-only", "-C", "-S", *extra, path], capture_output=True, text=True,
+                              check=False)
+        for line in proc.stdout.splitlines():
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in _CODE:  # no size: address, type, name
+                out.append((int(parts[0], 16), 0, line.split(None, 2)[2].split("@")[0]))
+            elif len(parts) == 4 and parts[2] in _CODE:  # address, size, type, name
+                out.append((int(parts[0], 16), int(parts[1], 16), parts[3].split("@")[0]))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=64)
 def elf_symbols(path: str, mtime: float = 0.0) -> tuple[list[int], list[str]]:
     """(sorted addresses, names) of the code symbols of an ELF file (empty if nm cannot read it)."""
-    tool = next((t for t in NM if shutil.which(t)), None)
-    if tool is None or not Path(path).is_file():
-        return [], []
     seen: dict[int, str] = {}
-    for extra in (["-D"], []):
-        proc = subprocess.run([tool, "--defined-only", "-C", *extra, path], capture_output=True, text=True,
-                              check=False)
-        for line in proc.stdout.splitlines():
-            parts = line.split(None, 2)
-            if len(parts) == 3 and parts[1] in "TtWi":
-                seen.setdefault(int(parts[0], 16), parts[2].split("@")[0])
+    for lo, _, name in _nm_code_symbols(path, mtime):
+        seen.setdefault(lo, name)
     addrs = sorted(seen)
     return addrs, [seen[a] for a in addrs]
 
@@ -41,18 +55,10 @@ def function_extents(path: str, mtime: float = 0.0) -> tuple[tuple[int, int, str
 
     A stripped library keeps only its dynamic (exported) table: its hidden functions lie in the gaps
     between these extents, and an address there has no known function."""
-    tool = next((t for t in NM if shutil.which(t)), None)
-    if tool is None or not Path(path).is_file():
-        return ()
     seen: dict[int, tuple[int, int, str]] = {}
-    for extra in (["-D"], []):
-        proc = subprocess.run([tool, "--defined-only", "-C", "-S", *extra, path], capture_output=True, text=True,
-                              check=False)
-        for line in proc.stdout.splitlines():
-            parts = line.split(None, 3)
-            if len(parts) == 4 and parts[2] in "TtWi" and int(parts[1], 16) > 0:
-                lo = int(parts[0], 16)
-                seen.setdefault(lo, (lo, lo + int(parts[1], 16), parts[3].split("@")[0]))
+    for lo, size, name in _nm_code_symbols(path, mtime):
+        if size > 0:
+            seen.setdefault(lo, (lo, lo + size, name))
     return tuple(seen[a] for a in sorted(seen))
 
 
