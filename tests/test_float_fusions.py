@@ -407,7 +407,7 @@ def run_prim_pi3(func, arrays, out_shape):
     pi3 = get_target("pi3")
     if shutil.which(pi3.cross_cc) is None or shutil.which("qemu-aarch64") is None:
         pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
-    from edge_sdk.runtime.execute import LocalRun, run_compiled
+    from pi3_run import run_executable_on_pi3
 
     name = func.attrs["global_symbol"]
     bb = relax.BlockBuilder()
@@ -417,15 +417,7 @@ def run_prim_pi3(func, arrays, out_shape):
         gv = bb.add_func(func, name)
         bb.emit_func_output(bb.emit(relax.call_tir(gv, [xv, *pv], relax.TensorType(out_shape, "float32"))))
     ex = tvm.compile(bb.get(), target=pi3.tvm_target())
-    with tempfile.TemporaryDirectory() as d:
-        lib, pfile = Path(d) / "m.so", Path(d) / "params.bin"
-        ex.export_library(str(lib), fcompile=pi3.compiler())
-        tvm.runtime.save_param_dict_to_file({f"p{i:04d}": tvm.runtime.tensor(a) for i, a in enumerate(arrays[1:])},
-                                            str(pfile))
-        res = run_compiled(lib=lib, params=pfile, input=arrays[0], arch="aarch64", emulate_cpu="cortex-a53",
-                           how=LocalRun(warmup=0, repeat=1))
-    assert res.emulated
-    return res.output
+    return run_executable_on_pi3(ex, arrays)
 
 
 # rows outer with the row tile packed (K > 64); weight panels blocked over all rows; gated (weights, then

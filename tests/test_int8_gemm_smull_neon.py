@@ -5,8 +5,6 @@ int8 weights it reads: packed 1 byte a weight, with the int16 kernel kept for a 
 from __future__ import annotations
 
 import shutil
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -58,7 +56,8 @@ def _run_pi3(kerns, xs):
     import tvm
     from tvm import relax
 
-    from edge_sdk.runtime.execute import LocalRun, run_compiled
+    from pi3_run import run_executable_on_pi3
+
     from edge_sdk.targets import get_target
 
     pi3 = get_target("pi3")
@@ -78,15 +77,7 @@ def _run_pi3(kerns, xs):
             outs.append(bb.emit(relax.op.reshape(y, (-1,))))
         bb.emit_func_output(bb.emit(relax.op.concat(outs, axis=0)))
     ex = tvm.compile(bb.get(), target=pi3.tvm_target())
-    with tempfile.TemporaryDirectory() as d:
-        lib, pfile = Path(d) / "m.so", Path(d) / "params.bin"
-        ex.export_library(str(lib), fcompile=pi3.compiler())
-        tvm.runtime.save_param_dict_to_file({f"p{i:04d}": tvm.runtime.tensor(a) for i, a in enumerate(arrays[1:])},
-                                            str(pfile))
-        res = run_compiled(lib=lib, params=pfile, input=arrays[0], arch="aarch64", emulate_cpu="cortex-a53",
-                           how=LocalRun(warmup=0, repeat=1))
-    assert res.emulated
-    return res.output
+    return run_executable_on_pi3(ex, arrays)
 
 
 @pytest.mark.slow
