@@ -65,7 +65,7 @@ def _check(out, x, w, pad, m, ref, extra):
     assert np.all(err <= tol), f"error {err[worst]:.3g} > tolerance {tol[worst]:.3g} at {worst}"
 
 
-def _case(shape, co, pad, m, simd, *, residual, act):
+def _case(shape, co, pad, m, simd, *, residual, act, schedule="default"):
     x = RNG.standard_normal(shape).astype("float32")
     w = (RNG.standard_normal((3, 3, shape[3], co)) / np.sqrt(9 * shape[3])).astype("float32")
     b = RNG.standard_normal(co).astype("float32")
@@ -76,7 +76,8 @@ def _case(shape, co, pad, m, simd, *, residual, act):
     r = RNG.standard_normal((1, oh, ow, cpad)).astype("float32")
     bp = np.zeros(cpad, "float32")
     bp[:co] = b
-    func = wg.conv2d_winograd(shape, pad, cpad, m, simd, epi=Epilogue(act, residual), nr=nr, name="t_wino")
+    func = wg.conv2d_winograd(shape, pad, cpad, m, simd, epi=Epilogue(act, residual), nr=nr, name="t_wino",
+                              schedule=schedule)
     ref = ref_conv(x, w, pad) + b + (r[..., :co] if residual else 0)
     extra = np.abs(b) + (np.abs(r[..., :co]) if residual else 0)
     if act[0] == "relu":
@@ -124,9 +125,30 @@ def test_selection_keeps_direct_where_winograd_does_not_apply():
     assert wg.choose_m(simd, (1, 56, 56, 64), (3, 3), (1, 1), 64) in (2, 4)
 
 
+# Cin >= 64 even: the packed V panels and the A53 assembly tile (wg.packs); 7x9 at m=2 has 20 tiles, so
+# the last panel holds 4 copies of tile 19 (stored nowhere); Cin 66 is not a lane multiple.
+PACKED = [CASES[4] + ("default",), ((1, 7, 9, 66), 72, SAME, 2, False, ("none",), "default"),
+          CASES[4] + ("planar",)]
+
+
+def test_packed_rule_and_asm_call():
+    """Which layers take the assembly tile, and that the packed kernel calls it (the PrimFunc's text)."""
+    simd = simd_of(get_target("pi3").tvm_target())
+    assert wg.packs(simd, 196, 64, 8) and wg.packs(simd, 16, 512, 8) and wg.packs(simd, 20, 66, 8)
+    assert not wg.packs(simd, 196, 32, 8)  # K < conv1x1_gemm_a53.MIN_K
+    assert not wg.packs(simd, 9, 64, 8)  # 9 tiles -> 16 rows: more than a quarter padding
+    assert not wg.packs(simd, 196, 64, 8, "planar")
+    assert not wg.packs(simd_of(get_target("host").tvm_target()), 196, 64, 8)  # x86: no A64 assembly
+    shape, co, pad, m, residual, act = CASES[4]
+    text = {s: _case(shape, co, pad, m, simd, residual=residual, act=act, schedule=s)[0].body.script()
+            for s in ("default", "planar")}
+    assert "edge_a53_sgemm_8x8" in text["default"] and "edge_a53_sgemm_8x8" not in text["planar"]
+
+
 @pytest.mark.qemu
-@pytest.mark.parametrize("shape,co,pad,m,residual,act", [CASES[0], CASES[2]])
-def test_pi3_under_qemu_matches_direct_conv(shape, co, pad, m, residual, act):
+@pytest.mark.parametrize("shape,co,pad,m,residual,act,schedule", [CASES[0] + ("default",), CASES[2] + ("default",)]
+                         + PACKED)
+def test_pi3_under_qemu_matches_direct_conv(shape, co, pad, m, residual, act, schedule):
     """The NEON schedule (4 lanes), cross-compiled for pi3 and run by our runner under qemu (A53)."""
     pi3 = get_target("pi3")
     if shutil.which(pi3.cross_cc) is None or shutil.which("qemu-aarch64") is None:
@@ -134,7 +156,7 @@ def test_pi3_under_qemu_matches_direct_conv(shape, co, pad, m, residual, act):
     from edge_sdk.runtime.execute import LocalRun, run_compiled
 
     func, args, out_shape, ref, extra, x, w = _case(shape, co, pad, m, simd_of(pi3.tvm_target()),
-                                                   residual=residual, act=act)
+                                                   residual=residual, act=act, schedule=schedule)
     bb = relax.BlockBuilder()
     xv = relax.Var("input", relax.TensorType(args[0].shape, "float32"))
     pv = [relax.Var(f"p{i:04d}", relax.TensorType(a.shape, "float32")) for i, a in enumerate(args[1:])]
