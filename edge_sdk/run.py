@@ -66,4 +66,5 @@ def run_package(path: Path, *, input_path: Path | None = None, threads: int = 1,
                          latencies_ms=list(res.latencies_ms), load_ms=res.load_ms, golden_ok=ok,
                          golden_max_abs_err=err, top_k=top_k(head_output(res.output, m), m.get("labels"), k), output=res.output,
                          layer_profile=layer_times(m["layers"], res.profile) if profile else None,
-                         peak_gflops=peak, modelled=modelled, model_note=note)
+                         peak_gflops=peak, modelled=modelled, model_note=note,
+                         layer_flops={lyr["name"]: lyr.get("flops", 0) for lyr in m.get("layers") or []})

@@ -33,6 +33,10 @@ def test_emulate_models_each_thread_count(isolated, capsys):
         assert r["modelled_ms"] > 0 and r["modelled_cycles"] > 0
         assert r["timing"]["threads"] == key[2]
         assert r["instructions"] > 0
+        # the same per-layer split as run --profile (timing/per_layer.py), at either thread count
+        split = r["per_layer_modelled_ms"]
+        assert sum(x["ms"] for x in split) == pytest.approx(r["modelled_ms"], rel=0.03)
+        assert {x["name"] for x in split} >= {"conv1", "fc"}
     two = rows[("edge-sdk", "float32", 2)]
     assert set(two["timing"]["cycles_split"]) >= {"fork_join"}
 

@@ -353,9 +353,11 @@ def _modelled(setup: _Setup):
     """Under --emulate: a timing session at the target (edge_sdk/timing/session.py), else nothing."""
     import contextlib
 
+    from edge_sdk.timing.per_layer import ALL_FUNCTIONS
     from edge_sdk.timing.session import timing_session
 
-    return timing_session(target=setup.target) if setup.emulate_cpu else contextlib.nullcontext()
+    # every function priced, so each of our rows can be split by layer (BenchRow.set_modelled)
+    return timing_session(target=setup.target, layers=ALL_FUNCTIONS) if setup.emulate_cpu else contextlib.nullcontext()
 
 
 def _in_variant_order(rows: list[BenchRow], names: Sequence[str]) -> list[BenchRow]:

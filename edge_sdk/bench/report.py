@@ -127,7 +127,9 @@ def _modelled_extra(r, extra: dict) -> tuple[float, dict]:
 
     return r.modelled_ms, extra | {"modelled_ms": r.modelled_ms, "modelled_cycles": r.modelled_cycles,
                                    "model_version": model_version(), "misses": r.misses,
-                                   "clock_mhz": r.timing["clock_ghz"] * 1000, "timing": r.timing}
+                                   "clock_mhz": r.timing["clock_ghz"] * 1000, "timing": r.timing,
+                                   **({"per_layer_modelled_ms": r.per_layer_modelled_ms} if r.per_layer_modelled_ms
+                                      else {})}
 
 
 def record(result, *, db=None) -> dict:

@@ -31,6 +31,7 @@ class BenchRow:
     modelled_ms: float | None = None  # ... at the target's clock: modelled Pi time, not a measurement
     misses: dict | None = None  # under --emulate: L1D/L1I/L2 misses, mispredicts, DRAM bytes per inference (the model's)
     timing: dict | None = None  # the model's cycle split, costliest functions, target and version
+    per_layer_modelled_ms: list | None = None  # under --emulate, our rows: the model's ms per layer (timing/per_layer.py)
     golden: dict | None = None
     package: str | None = None
     cached: bool | None = None
@@ -61,6 +62,13 @@ class BenchRow:
         self.modelled_cycles, self.modelled_ms = fig["modelled_cycles"], fig["modelled_ms"]
         self.misses = dict(fig["misses"]) | {"dram_bytes": fig["dram_bytes"]}
         self.timing = {k: fig[k] for k in ("cycles_split", "functions", "target", "clock_ghz", "threads") if k in fig}
+        if fig.get("functions") is not None:
+            from edge_sdk.timing.per_layer import layer_split
+            from edge_sdk.timing.package_figures import TOP_FUNCTIONS
+
+            if self.manifest and self.manifest.get("layers"):  # every priced function, joined to the layers
+                self.per_layer_modelled_ms = layer_split(fig, self.manifest["layers"])
+            self.timing["functions"] = fig["functions"][:TOP_FUNCTIONS]
         if fig.get("instructions") and int(fig.get("threads", 1)) > 1:
             # libinsn's inline counter is not atomic: with threads it undercounts; libtiming's per-vCPU sum is exact
             self.instructions = fig["instructions"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CONV_LIKE = ("conv", "dense", "matmul")  # as the dashboard's layer_kind: conv time vs glue time
+OUTSIDE = "outside the layers"  # the op of a modelled per-layer row that is no layer's (timing/per_layer.py)
 
 
 @dataclass
@@ -87,4 +88,24 @@ def format_table(prof: LayerProfile, *, peak_gflops: float | None = None, emulat
     lines.append(f"layers {summed:.4f} ms + other (VM builtins) {prof.other_ms:.4f} ms; profiled run "
                  f"{prof.run_ms:.4f} ms (median; the timing hook adds a little per call)"
                  + ("; emulated under qemu: not a Pi's times" if emulated else ""))
+    return "\n".join(lines)
+
+
+def format_modelled_table(rows: list[dict], *, modelled_ms: float, label: str, flops: dict[str, int] | None = None,
+          peak_gflops: float | None = None) -> str:
+    """A plain-text table of timing/per_layer.layer_split's rows: name, op, modelled ms, % of the model, glue %, GFLOP/s."""
+    flops = flops or {}
+    head = f"{'layer':<40} {'op':<18} {label:>16} {'%':>6} {'glue%':>6} {'GFLOP/s':>8} {'%peak':>6}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        f = flops.get(r["name"]) if r["op"] != OUTSIDE else None
+        gf = f / (r["ms"] * 1e6) if f and r["ms"] > 0 else None
+        lines.append(f"{r['name'][:40]:<40} {r['op'][:18]:<18} {r['ms']:16.4f} {100 * r['ms'] / modelled_ms:6.1f} "
+                     f"{100 * r['glue_ms'] / r['ms'] if r['ms'] > 0 else 0:6.1f} "
+                     f"{'-' if gf is None else f'{gf:.2f}':>8} "
+                     f"{'-' if gf is None or not peak_gflops else f'{100 * gf / peak_gflops:.1f}':>6}")
+    summed = sum(r["ms"] for r in rows)
+    lines += ["-" * len(head), f"sum {summed:.4f} {label} of the model's {modelled_ms:.4f} "
+              f"({100 * (summed - modelled_ms) / modelled_ms:+.2f} %): the A53 timing model's price of each "
+              "layer's functions, not a measurement"]
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from edge_sdk.errors import UsageError
 from edge_sdk.labels import QEMU_WALL, modelled_label
 from edge_sdk.package import Package
 from edge_sdk.runtime.device.preprocess import MAX_IMAGE_PIXELS
-from edge_sdk.runtime.profile import format_table
+from edge_sdk.runtime.profile import format_modelled_table, format_table
 
 
 def latency_stats(lat) -> dict:
@@ -40,7 +40,8 @@ class RunResult:
     output: np.ndarray = field(repr=False)
     layer_profile: object | None = field(default=None, repr=False)  # runtime.profile.LayerProfile (profile=True)
     peak_gflops: float | None = None  # of the cores the run's threads use, for the profile table
-    modelled: dict | None = None  # emulated runs: the A53 timing model's figures (modelled_ms, ...)
+    modelled: dict | None = None  # emulated runs: the A53 timing model's figures (modelled_ms, per_layer_modelled_ms, ...)
+    layer_flops: dict | None = field(default=None, repr=False)  # layer name -> FLOPs (the modelled table's GFLOP/s)
     model_note: str = ""  # why an emulated run has no modelled figure
 
     @property
@@ -61,8 +62,13 @@ class RunResult:
                 "modelled": {k: self.modelled[k] for k in ("target", "clock_ghz", "threads", "cycles_split")
                              if k in self.modelled} | {"what": "modelled Pi time (edge_sdk.timing), not a measurement"},
                 "latency_is": QEMU_WALL}),
+            **({} if not self.modelled or self.layer_profile is None or "per_layer_modelled_ms" not in self.modelled
+               else {"per_layer_modelled_ms": self.modelled["per_layer_modelled_ms"],
+                     "per_layer_modelled_is": f"{modelled_label(self.target)}: the A53 timing model's price of "
+                     "each layer's functions in model.so (edge_sdk/timing/per_layer.py), not a measurement"}),
             **({} if self.layer_profile is None else {
                 "per_layer_ms": self.layer_profile.per_layer_ms(),
+                **({"per_layer_ms_is": QEMU_WALL} if self.emulated else {}),
                 "profile": {"median_run_ms": self.layer_profile.run_ms, "other_ms": self.layer_profile.other_ms,
                             "kernels": self.layer_profile.kernels}}),
         }
@@ -78,8 +84,21 @@ class RunResult:
                 f"{wall}median {self.median_ms:.2f} ms over {len(self.latencies_ms)} runs; "
                 f"golden check {'ok' if self.golden_ok else 'FAILED'} (max abs err {self.golden_max_abs_err:.2e}); "
                 f"top-{len(self.top_k)}: {top}"
-                + ("" if self.layer_profile is None else "\n" + format_table(
-                    self.layer_profile, peak_gflops=self.peak_gflops, emulated=self.emulated)))
+                + self._tables())
+
+    def _tables(self) -> str:
+        """The profile's tables: an emulated run's modelled Pi ms per layer first, its QEMU wall times after."""
+        if self.layer_profile is None:
+            return ""
+        out = ""
+        rows = (self.modelled or {}).get("per_layer_modelled_ms")
+        if rows:
+            out = (f"\nper layer, {modelled_label(self.target)} (A53 timing model, not a measurement):\n"
+                   + format_modelled_table(rows, modelled_ms=self.modelled["modelled_ms"],
+                                           label=modelled_label(self.target), flops=self.layer_flops,
+                                           peak_gflops=self.peak_gflops))
+        wall = f"\nper layer, {QEMU_WALL} (an extra: never a Pi's time):\n" if self.emulated else "\n"
+        return out + wall + format_table(self.layer_profile, peak_gflops=self.peak_gflops, emulated=self.emulated)
 
 
 MAX_INPUT_PIXELS = MAX_IMAGE_PIXELS  # 40 MP, as eval and the classify app read images

@@ -2,6 +2,7 @@
 
     figures = modelled_package(pkg_path, threads=1)
     figures["modelled_ms"], figures["modelled_cycles"], figures["model_version"], figures["target"], ...
+    figures["per_layer_modelled_ms"]       the model's price of each layer's functions (timing/per_layer.py)
 
 The figures come from the Cortex-A53 timing model (edge_sdk/timing, api.model_package: the package's
 code under qemu with libtiming.so, one inference priced by the A53's pipeline and cache rules at the
@@ -30,6 +31,7 @@ _TIMING = Path(__file__).resolve().parent  # edge_sdk/timing
 _QEMU = _TIMING.parent / "qemu"  # the runner the profiles come from, and the plugin's source
 KEPT = ("modelled_ms", "modelled_cycles", "clock_ghz", "threads", "target", "instructions", "cycles_split",
         "misses", "dram_bytes", "functions")  # what the cache keeps of api.model_package's dict
+TOP_FUNCTIONS = 12  # of every function priced, the cache keeps this many (the per-layer split holds the rest)
 
 
 @functools.cache
@@ -62,7 +64,8 @@ def modelled_package(pkg_path: Path, *, threads: int = 1, sha256: str | None = N
 
     pkg_path = Path(pkg_path)
     sha = sha256 or sha256_file(pkg_path)
-    target = read_manifest(pkg_path)["target"]["name"]
+    manifest = read_manifest(pkg_path)
+    target = manifest["target"]["name"]
     path = cache_path(sha, target=target, threads=threads)
     try:
         got = json.loads(path.read_text(encoding="utf-8"))
@@ -71,11 +74,13 @@ def modelled_package(pkg_path: Path, *, threads: int = 1, sha256: str | None = N
     except (OSError, ValueError):
         pass  # not cached yet (or a damaged entry): compute it again
     from edge_sdk.timing.api import model_package
+    from edge_sdk.timing.per_layer import ALL_FUNCTIONS, layer_split
 
-    full = model_package(pkg_path, target, threads)
+    full = model_package(pkg_path, target, threads, layers=ALL_FUNCTIONS)
     figures = {k: full[k] for k in KEPT if k in full} | {
         "model_version": model_version(), "package_sha256": sha, "what": "modelled Pi time (edge_sdk.timing), "
-        "not a measurement"}
+        "not a measurement", "functions": full.get("functions", [])[:TOP_FUNCTIONS],
+        "per_layer_modelled_ms": layer_split(full, manifest.get("layers") or [])}
     with atomic_write(path) as f:
         json.dump(figures, f, indent=1, sort_keys=True)
     return figures, False
