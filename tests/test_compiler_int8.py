@@ -107,10 +107,14 @@ def _conv_kernel(target_name: str):
 
 
 def test_conv_kernel_tir_has_no_floating_point():
-    k, _ = _conv_kernel("host")
+    from edge_sdk.compiler.ops.common import simd_of
+
+    k, tgt = _conv_kernel("host")
     text = k.func.script()  # every dtype of every buffer, cast and constant is spelled out in TVMScript
     assert "float" not in text
-    for dtype in ("int8", "int16", "int32", "int64"):  # the widening chain really is there
+    # the widening chain really is there: int16 products, or (VNNI host) u8 x s8 dot products into int32
+    middle = "uint8" if simd_of(tgt.tvm_target()).vnni else "int16"
+    for dtype in ("int8", middle, "int32", "int64"):
         assert dtype in text
 
 
@@ -276,15 +280,15 @@ def test_depthwise_wide_channels_equal_reference(xs, kk, stride):
     np.testing.assert_array_equal(_run_kernel(k, x), ref)
 
 
-# Both kinds of x86 machine this project runs on, whatever this host is: AVX2 only (AMD Zen 3) and AVX-512
-# with VNNI (Intel Xeon Ice Lake and later, AMD Zen 4). With VNNI, LLVM fuses the pair step's vpmaddwd +
-# vpaddd into vpdpwssd, so each kind has its own instruction to look for.
-X86_KINDS = {"znver3": ("vpmaddwd",), "icelake-server": ("vpdpwssd",)}
+# Both kinds of x86 machine this project runs on, whatever this host is: AVX2 only (AMD Zen 3: the int16 pair
+# step vpmaddwd) and AVX-512 with VNNI (Intel Xeon Ice Lake and later, AMD Zen 4: the u8 x s8 kernel of
+# x86_vnni.py, vpdpbusd; tests/test_int8_x86_vnni.py checks every kind's step in detail).
+X86_KINDS = {"znver3": ("vpmaddwd",), "icelake-server": ("vpdpbusd",), "znver4": ("vpdpbusd",)}
 
 
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="needs binutils")
 @pytest.mark.parametrize("mcpu", sorted(X86_KINDS))
-def test_conv_kernel_x86_asm_has_the_int16_pair_step(tmp_path, mcpu):
+def test_conv_kernel_x86_asm_has_the_gemm_step(tmp_path, mcpu):
     import subprocess
 
     import tvm
@@ -303,7 +307,7 @@ def test_conv_kernel_x86_asm_has_the_int16_pair_step(tmp_path, mcpu):
     lib = tvm.compile(tvm.IRModule({"qconv": k.func}), target=target)
     lib.export_library(str(tmp_path / "q.so"))  # not run: the object code is what is checked
     asm = subprocess.run(["objdump", "-d", str(tmp_path / "q.so")], capture_output=True, text=True, check=True).stdout
-    assert any(i in asm for i in X86_KINDS[mcpu]) and "vpbroadcastd" in asm  # the 8x2 int16 pair step of the GEMM
+    assert any(i in asm for i in X86_KINDS[mcpu]) and "vpbroadcastd" in asm  # the GEMM's step, activations broadcast
     assert "vpmuldq" in asm  # the requantize's widening multiply, vectorized and 32x32->64
 
 
@@ -319,7 +323,7 @@ def test_conv_kernel_x86_row_tiles_allocate_no_workspace():
         pytest.skip("host without AVX2")
     with tgt.tvm_target() as t:
         ir = tvm.compile(tvm.IRModule({"qconv": k.func}), target=t).mod.inspect_source("ll")
-    assert "pmadd.wd" in ir or "vpdpwssd" in ir  # the pair step is there
+    assert "pmadd.wd" in ir or "vpdpwssd" in ir or "vpdpbusd" in ir  # the pair step (VNNI: the u8 x s8 step)
     assert "load ptr, ptr @__TVMBackendAllocWorkspace" not in ir
 
 

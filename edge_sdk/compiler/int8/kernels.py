@@ -17,7 +17,7 @@ import tvm
 from tvm import s_tir, te, tirx
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
-from edge_sdk.compiler.int8 import dwconv, gemm_int8_smull_neon, gemm_int8_widen16
+from edge_sdk.compiler.int8 import dwconv, gemm_int8_smull_neon, gemm_int8_widen16, x86_vnni
 from edge_sdk.compiler.int8 import winograd_int8_f23  # noqa: F401  (registers its int8.gemm8 candidate)
 from edge_sdk.compiler.int8.gemm_int8_widen16 import DENSE, ConvGeom
 from edge_sdk.compiler.ops.common import Simd, finish, largest_divisor
@@ -107,6 +107,9 @@ def _gemm_kernel(x_shape, w_hwio: np.ndarray, bias, rq: Requant, *, geom: ConvGe
         # on a Pi target compile/choice prices the tile's schedules for this layer ("<op index>:" names its row)
         sched = active().choose(gemm8_site(x_shape, w_hwio, bias, b, rq, geom, layer=name.rsplit("_", 1)[-1] + ":"))
         func, wp, npad = gemm_int8_smull_neon.conv_gemm8(x_shape, w_hwio, rq, geom=geom, name=name, schedule=sched)
+    elif x86_vnni.applies(simd):  # u8 x s8 vpdpbusd: the u8 offset's term joins the bias
+        func, wp, npad = x86_vnni.conv_gemm(x_shape, w_hwio, rq, geom=geom, simd=simd, name=name)
+        b = b + x86_vnni.offset_correction(w_hwio)
     else:
         func, wp, npad = gemm_int8_widen16.conv_gemm(x_shape, w_hwio, rq, geom=geom, simd=simd, name=name)
 

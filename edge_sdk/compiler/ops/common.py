@@ -15,11 +15,13 @@ from edge_sdk.compiler.ops.activation import activate
 
 @dataclass(frozen=True)
 class Simd:
-    """The register file a micro-kernel can use: `lanes` fp32 per vector, `regs` vector registers."""
+    """The register file a micro-kernel can use: `lanes` fp32 per vector, `regs` vector registers; `vnni`:
+    the int32 lanes of the target's u8 x s8 dot step vpdpbusd (16: AVX-512 VNNI, 8: AVX-VNNI, 0: none)."""
 
     isa: str
     lanes: int
     regs: int
+    vnni: int = 0
 
     @property
     def nr(self) -> int:
@@ -46,9 +48,9 @@ def simd_of(target: tvm.target.Target) -> Simd:
     if triple.startswith("aarch64") or triple.startswith("arm64"):
         return Simd("neon", 4, 32)
     if has_feature(target, "avx512f"):
-        return Simd("avx512", 16, 32)
+        return Simd("avx512", 16, 32, 16 if has_feature(target, "avx512vnni") else 0)
     if has_feature(target, "avx2") or has_feature(target, "avx"):
-        return Simd("avx2", 8, 16)
+        return Simd("avx2", 8, 16, 8 if has_feature(target, "avxvnni") else 0)
     if triple.startswith("x86_64"):
         return Simd("sse", 4, 16)
     return Simd("scalar", 1, 16)

@@ -1,0 +1,215 @@
+"""int8 convolution / dense GEMM on x86 with VNNI: one u8 x s8 `vpdpbusd` per 4 multiply-adds x 16 (or 8) lanes.
+
+Where the compile target's CPU has AVX-512 VNNI (Intel Ice Lake server and later, AMD Zen 4: zmm, 16 int32
+lanes) or AVX-VNNI (Alder Lake and later without AVX-512: ymm, 8 lanes), this replaces the int16 pair step
+of gemm_int8_widen16.py (`vpmaddwd`, 2 multiply-adds per int32 lane, which LLVM fuses into `vpdpwssd` on a
+VNNI CPU) by `vpdpbusd`: 4 byte products per int32 lane, summed into the accumulator, wrapping. Selected by
+the target's features (Simd.vnni, read from its -mcpu / -mattr by ops.common.simd_of), never by the build
+machine's: a package compiled for a Zen 3 (AVX2 only) keeps the pmaddwd kernel.
+
+The activation offset. vpdpbusd multiplies an *unsigned* byte by a signed byte; activations are int8. With
+u = x + 128 (in [0, 255]; x XOR 0x80 as a byte) the layer's integer sum over its K taps is
+
+    sum_k (x_k - Z_in) w_k = sum_k (u_k - 128 - Z_in) w_k = sum_k u_k w_k - (128 + Z_in) * sum_k w_k,
+
+so the kernel accumulates sum_k u_k w_k and the per-column constant -(128 + Z_in) * sum_k w_k goes into the
+int32 bias at compile time (kernels._folded_bias gives the Z_in part, offset_correction the 128 part).
+Padding taps read u = Z_in + 128 (the zero point, offset), as the int16 kernel reads Z_in. Exact: each
+product is at most 255 * 128 in magnitude and a sum of K of them (K = KH*KW*CI <= 2^16 taps) stays inside
+int32, and the accumulation wraps identically to the int32 arithmetic of the reference.
+
+The tile: A is the im2col view of x as u8, copied per row tile (a plain XOR copy for a 1x1 stride-1 conv);
+W is packed (CO/nr, KH, KW, CI/4, nr, 4) int8, CI padded to a multiple of 4 with zero weights (what the
+padded taps of A then read does not matter). One k-step of 4 taps is a dword of A broadcast to all lanes
+(`vpbroadcastd`) and one vpdpbusd per nr/lanes weight vectors, mr x nr/lanes accumulators: AVX-512 12 rows
+x 32 channels (24 zmm of 32), AVX-VNNI 6 x 16 (12 ymm of 16). Epilogue as gemm_int8_widen16: + bias in its
+own block, 32-bit fixed-point requantize (vpmuldq), + Z_out, clamp, int8 store.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import s_tir, te, tirx
+from tvm.script import tirx as T
+
+from edge_sdk.compiler.int8 import fixedpoint as fp
+from edge_sdk.compiler.int8.gemm_int8_widen16 import DENSE, ConvGeom
+from edge_sdk.compiler.ops.common import ACC_SCOPE, Simd, finish, pick_tile, round_up
+
+OFFSET = 128  # s8 -> u8: u = x + 128
+VPDPBUSD = {16: ("edge_u8s8_vpdpbusd_16x4", "llvm.x86.avx512.vpdpbusd.512"),
+            8: ("edge_u8s8_vpdpbusd_8x4", "llvm.x86.avx512.vpdpbusd.256")}  # AVX-VNNI shares the 256-bit one
+MR_MAX = {16: 12, 8: 6}  # rows of the register tile: 2 x mr accumulators of 32 zmm / 16 ymm
+
+
+def applies(simd: Simd) -> bool:
+    """Whether the target has a u8 x s8 dot step (AVX-512 VNNI or AVX-VNNI)."""
+    return simd.vnni in VPDPBUSD
+
+
+def offset_correction(w_hwio: np.ndarray) -> np.ndarray:
+    """-128 * sum_k w[k, o] per output channel (int64): what the u8 offset adds to each accumulator."""
+    return -OFFSET * w_hwio.reshape(-1, w_hwio.shape[-1]).astype(np.int64).sum(0)
+
+
+def _intrin(lanes: int):
+    """(desc, impl) of c[lanes] int32 += sum_k a[k] (u8) * b[lanes, k] (s8) over k < 4."""
+    nbytes = 4 * lanes
+    llvm_name = VPDPBUSD[lanes][1]
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((lanes, 4), "int8", offset_factor=1),
+             c: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(c[0:lanes], a[0:4], b[0:lanes, 0:4])
+            T.writes(c[0:lanes])
+            for i in T.serial(0, lanes):
+                for k in T.serial(0, 4):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        c[vi] = c[vi] + T.cast(a[vk], "int32") * T.cast(b[vi, vk], "int32")
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((lanes, 4), "int8", offset_factor=1),
+             c: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(c[0:lanes], a[0:4], b[0:lanes, 0:4])
+            T.writes(c[0:lanes])
+            # LLVM 22's signature: (<N x i32> acc, <4N x i8> u8 operand, <4N x i8> s8 operand)
+            c[T.ramp(T.int32(0), 1, lanes)] = T.call_llvm_pure_intrin(
+                T.llvm_lookup_intrinsic_id(llvm_name), c[T.ramp(T.int32(0), 1, lanes)],
+                T.reinterpret(T.broadcast(T.reinterpret(a.vload([0], "uint8x4"), dtype="int32"), lanes),
+                              dtype=f"uint8x{nbytes}"),
+                b.vload([0, 0], dtype=f"int8x{nbytes}"), dtype=f"int32x{lanes}")
+
+    return desc, impl
+
+
+def _register(lanes: int) -> str:
+    from tvm.s_tir import TensorIntrin
+
+    name = VPDPBUSD[lanes][0]
+    if TensorIntrin.get(name, allow_missing=True) is None:
+        TensorIntrin.register(name, *_intrin(lanes))
+    return name
+
+
+def pack_weight(w_hwio: np.ndarray, nr: int) -> np.ndarray:
+    """(KH, KW, CI, CO) int8 -> (CO/nr, KH, KW, CI/4, nr, 4), CO padded to nr and CI to 4 with zero weights."""
+    kh, kw, ci, co = w_hwio.shape
+    cip, cop = round_up(ci, 4), round_up(co, nr)
+    w = np.zeros((kh, kw, cip, cop), np.int8)
+    w[:, :, :ci, :co] = w_hwio
+    w = w.reshape(kh, kw, cip // 4, 4, cop // nr, nr)
+    return np.ascontiguousarray(w.transpose(4, 0, 1, 2, 5, 3))
+
+
+def tile_of(lanes: int, m: int) -> tuple[int, int]:
+    """(mr, nr): mr rows x 2 vectors of channels; a lone row (a 1x1 output) 4 vectors wide."""
+    if m == 1:
+        return 1, 4 * lanes
+    return pick_tile(m, MR_MAX[lanes]), 2 * lanes
+
+
+def _a8(x, kdims, geom: ConvGeom, in_zp: int, *, mr: int):
+    """The u8 im2col view A[i, ky, kx, c] = x + 128 over padded rows; padding taps Z_in + 128, the CI pad 0."""
+    kh, kw, ci, cip = kdims
+    dense = len(x.shape) == 2
+    if dense:
+        m = int(x.shape[0])
+    else:
+        n, h, w_, _ = (int(d) for d in x.shape)
+        oh, ow = geom.out_hw
+        m = n * oh * ow
+    (sh, sw), (dh, dw) = geom.stride, geom.dilation
+    pt, _, pl, _ = geom.pads
+    flip = tirx.const(OFFSET, "uint8")
+
+    def a8(i, ry, rx, c):
+        i = te.min(i, m - 1) if round_up(m, mr) != m else i
+        conds = [c < ci] if cip != ci else []
+        if dense:
+            val = x[i, c]
+        else:
+            a, y, z = i // (oh * ow), i // ow % oh, i % ow
+            yy, xx = y * sh + ry * dh - pt, z * sw + rx * dw - pl
+            val = x[a, yy, xx, c]
+            if any(geom.pads):
+                pad_ok = tirx.all(yy >= 0, yy < h, xx >= 0, xx < w_)
+                val = tirx.if_then_else(pad_ok, val, tirx.const(in_zp, "int8"))
+        u = tirx.reinterpret("uint8", val) ^ flip
+        return tirx.if_then_else(tirx.all(*conds), u, tirx.const(0, "uint8")) if conds else u
+
+    return te.compute((round_up(m, mr), kh, kw, cip), a8, name="a8")
+
+
+def conv_gemm(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom = DENSE, simd: Simd, name: str):
+    """PrimFunc out (M, COpad) int8 = requant(im2col(x) @ W + bias), as gemm_int8_widen16.conv_gemm (same
+    arguments x, W, bias, mult, rshift and result (func, packed weight, npad)); the bias must include
+    offset_correction(w_hwio) besides the zero point's term."""
+    lanes = simd.vnni
+    kh, kw, ci, co = w_hwio.shape
+    m = x_shape[0] if len(x_shape) == 2 else x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
+    mr, nr = tile_of(lanes, m)
+    nr = min(nr, round_up(co, lanes))  # few channels (a classifier): less padding
+    npad, mp, cip = round_up(co, nr), round_up(m, mr), round_up(ci, 4)
+    x = te.placeholder(tuple(x_shape), "int8", name="x")
+    a = _a8(x, (kh, kw, ci, cip), geom, rq.in_zp, mr=mr)
+    wp = pack_weight(w_hwio, nr)
+    wt = te.placeholder(wp.shape, "int8", name="w")
+    bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
+    ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
+    rp, rt = te.reduce_axis((0, cip // 4), "rp"), te.reduce_axis((0, 4), "rt")
+    acc = te.compute((mp, npad), lambda i, j: te.sum(
+        a[i, ry, rx, rp * 4 + rt].astype("int32") * wt[j // nr, ry, rx, rp, j % nr, rt].astype("int32"),
+        axis=[ry, rx, rp, rt]), name="acc")
+    lo, hi = rq.act
+    biased = te.compute((mp, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
+    out = te.compute((m, npad), lambda i, j: fp.clamp_int8_32(
+        fp.mbqm32(biased[i, j], mt[j], rt_[j]) + tirx.const(rq.out_zp, "int32"), lo, hi), name="out")
+    sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
+    copy_vec = (kh, kw) == (1, 1) and cip == ci and not any(geom.pads)
+    _schedule(sch, lanes=lanes, mr=mr, nr=nr, m=m, k=kh * kw * cip, npad=npad,
+              red=(kh, kw, cip // 4, 4), copy_vec=copy_vec)
+    return finish(sch, name), wp, npad
+
+
+def _schedule(sch, *, lanes: int, mr: int, nr: int, m: int, k: int, npad: int, red: tuple, copy_vec: bool):
+    """mr x nr register tile over (row tile, channel tile), the bigger operand's panel outer; the u8 copy of
+    A per row tile (or whole, when the weights are outer); the 4-tap step tensorized to vpdpbusd."""
+    ab, cb, bb, ob = (sch.get_sblock(b) for b in ("a8", "acc", "biased", "out"))
+    i, j = sch.get_loops(ob)
+    mo, mi = sch.split(i, [None, mr])
+    no, ni = sch.split(j, [None, nr])
+    weights_outer = k * npad > m * k
+    outer = [no, mo] if weights_outer else [mo, no]
+    sch.reorder(*outer, mi, ni)
+    for blk in (bb, cb):  # registers: ACC_SCOPE (see ops.common), a stack alloca LLVM promotes
+        sch.compute_at(blk, outer[1])
+        sch.set_scope(blk, 0, ACC_SCOPE)
+    bl = sch.get_loops(bb)[2:]
+    if mr > 1:
+        sch.unroll(bl[0])
+    sch.vectorize(bl[-1])
+    if weights_outer:
+        sch.parallel(sch.get_loops(ab)[0])
+    else:
+        sch.compute_at(ab, outer[0])
+    if copy_vec:
+        sch.vectorize(sch.get_loops(ab)[-1])
+    sch.parallel(outer[0])
+    if mr > 1:
+        sch.unroll(mi)
+    sch.vectorize(ni)
+    inner = list(sch.get_loops(cb)[2:])  # compute_at dropped unit loops
+    ci_ = inner.pop(0) if mr > 1 else None
+    cj = inner.pop(0)
+    rl = [inner.pop(0) for e in red[:3] if e > 1]
+    rt = inner.pop(0)
+    assert not inner, "unexpected loop structure"
+    cjo, cji = sch.split(cj, [None, lanes])
+    sch.reorder(*rl, *[lp for lp in (ci_, cjo, cji, rt) if lp is not None])
+    for lp in (ci_, cjo):
+        if lp is not None:
+            sch.unroll(lp)
+    sch.decompose_reduction(cb, rl[0] if rl else (ci_ if ci_ is not None else cjo))
+    sch.tensorize(cji, _register(lanes))
