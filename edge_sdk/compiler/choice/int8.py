@@ -2,7 +2,8 @@
 
     int8.gemm8   convs on the 8-bit NEON tile (compiler/int8/gemm_int8_smull_neon.conv_gemm8):
                  GEMM8_SCHEDULES, the outer tile loop (rows or weight panels) x the 4x4x16 step
-                 (with named temporaries, or compiler/int8/smull_step_variants' temporary-free one)
+                 (with named temporaries, compiler/int8/smull_step_variants' temporary-free one, or
+                 compiler/int8/gemm_int8_a53_ldr64's assembly tile with ncnn's A53 operand loads)
 
 The reference is numpy (im2col in int64 over the zero-point-padded input, quant.int8.requantize),
 compared bit-exact (rtol = atol = 0).
@@ -22,7 +23,9 @@ def _gemm8_schedules(workload: dict) -> list[str]:
     from edge_sdk.compiler.int8.gemm_int8_smull_neon import GEMM8_SCHEDULES
 
     one_by_one = workload["w"][:2] == [1, 1]
-    return [s for s in GEMM8_SCHEDULES if one_by_one or not s.endswith("/notmp")]
+    blocks = int(np.prod(workload["w"][:3])) > 16  # the assembly step wants more than one 16-byte block
+    return [s for s in GEMM8_SCHEDULES
+            if (one_by_one or not s.endswith("/notmp")) and (blocks or not s.endswith("/ldr64"))]
 
 
 def np_conv_int8(x: np.ndarray, w_hwio: np.ndarray, bias, rq, geom) -> np.ndarray:

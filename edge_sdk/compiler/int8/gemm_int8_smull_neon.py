@@ -29,6 +29,7 @@ from tvm import s_tir, te, tirx
 from tvm.script import tirx as T
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
+from edge_sdk.compiler.int8 import gemm_int8_a53_ldr64 as a53
 from edge_sdk.compiler.int8 import smull_step_variants
 from edge_sdk.compiler.int8 import im2col_int8_rows as rows8
 from edge_sdk.compiler.int8.gemm_int8_widen16 import ConvGeom
@@ -183,8 +184,9 @@ def _a8(x, kdims, geom: ConvGeom, in_zp: int):
 
 
 # compile/choice candidates ("int8.gemm8"): "<order>/<step>", order the outer tile loop, step the 4x4x16 step
-# ("tmp": SMULL_4x4, "notmp": smull_step_variants'); "default" is the rule (npad > m: weights outer) + tmp.
-GEMM8_SCHEDULES = tuple(f"{o}/{s}" for o in ("rows_outer", "weights_outer") for s in ("tmp", "notmp"))
+# ("tmp": SMULL_4x4, "notmp": smull_step_variants', "ldr64": gemm_int8_a53_ldr64's assembly tile over all
+# blocks); "default" is the rule (npad > m: weights outer) + tmp.
+GEMM8_SCHEDULES = tuple(f"{o}/{s}" for o in ("rows_outer", "weights_outer") for s in ("tmp", "notmp", "ldr64"))
 
 
 def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, padded_rows: bool = True,
@@ -213,33 +215,48 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, pa
         wp = pack_weight8(w_hwio)
     wt = te.placeholder(wp.shape, "int8", name="w")
     bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
-    rb, rh, rp = te.reduce_axis((0, nb), "rb"), te.reduce_axis((0, 2), "rh"), te.reduce_axis((0, 2), "rp")
-
-    def prod(i, j, lane):
-        t = rh * 8 + lane * 2 + rp
-        return a8[i // MR, rb, i % MR, t].astype("int32") * wt[j // NR, rb, j % NR, t].astype("int32")
-
-    acc4 = te.compute((mp, npad, 4), lambda i, j, lane: te.sum(prod(i, j, lane), axis=[rb, rh, rp]),
-                      name="acc")  # 4 partial sums per output: one q register each
-    rl = te.reduce_axis((0, 4), "rl")
-    acc = te.compute((mp, npad), lambda i, j: te.sum(acc4[i, j, rl], axis=rl), name="lanesum")
+    order, _, step = schedule.partition("/")
+    asm = step == a53.SCHEDULE_STEP and nb > 1
+    acc = (_acc_sums if asm else _acc_lanes)(a8, wt, nb, mp, npad)
     biased = te.compute((mp, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
     lo, hi = rq.act
     out = te.compute((m, npad), lambda i, j: fp.clamp_int8_32(
         fp.mbqm32_neon(biased[i, j], mt[j], rt_[j]) + tirx.const(rq.out_zp, "int32"), lo, hi), name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
     # a row's taps are slices of x (the bounds and tail guards do not depend on c: TVM keeps them a branch)
-    order, _, step = schedule.partition("/")
     _schedule(sch, m=m, npad=npad, plain_copy=plain, red_b=nb,
-              weights_outer=None if schedule == "default" else order == "weights_outer", notmp=step == "notmp")
+              weights_outer=None if schedule == "default" else order == "weights_outer", notmp=step == "notmp",
+              asm=asm)
     return finish(sch, name), wp, npad
 
 
+def _acc_lanes(a8, wt, nb: int, mp: int, npad: int):
+    """acc (mp, npad): the 4 partial sums of each output (one q register each, SMULL_4x4) then their sum."""
+    rb, rh, rp = te.reduce_axis((0, nb), "rb"), te.reduce_axis((0, 2), "rh"), te.reduce_axis((0, 2), "rp")
+
+    def prod(i, j, lane):
+        t = rh * 8 + lane * 2 + rp
+        return a8[i // MR, rb, i % MR, t].astype("int32") * wt[j // NR, rb, j % NR, t].astype("int32")
+
+    acc4 = te.compute((mp, npad, 4), lambda i, j, lane: te.sum(prod(i, j, lane), axis=[rb, rh, rp]), name="acc")
+    rl = te.reduce_axis((0, 4), "rl")
+    return te.compute((mp, npad), lambda i, j: te.sum(acc4[i, j, rl], axis=rl), name="lanesum")
+
+
+def _acc_sums(a8, wt, nb: int, mp: int, npad: int):
+    """acc (mp, npad): each output's whole dot product (gemm_int8_a53_ldr64's tile sums the lanes itself)."""
+    rb, rt = te.reduce_axis((0, nb), "rb"), te.reduce_axis((0, KB), "rt")
+    return te.compute((mp, npad), lambda i, j: te.sum(
+        a8[i // MR, rb, i % MR, rt].astype("int32") * wt[j // NR, rb, j % NR, rt].astype("int32"), axis=[rb, rt]),
+        name="acc")
+
+
 def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int, weights_outer: bool | None = None,
-              notmp: bool = False) -> None:
+              notmp: bool = False, asm: bool = False) -> None:
     """Row tiles x channel tiles (the bigger operand's panel outer), A's rows copied per row tile, the
     4x4x16 step tensorized under the reduction loops, the lane sums and requantize vectorized over 4."""
-    ab, cb, sb, bb, ob = (sch.get_sblock(n) for n in ("a8", "acc", "lanesum", "biased", "out"))
+    ab, cb, bb, ob = (sch.get_sblock(n) for n in ("a8", "acc", "biased", "out"))
+    sb = None if asm else sch.get_sblock("lanesum")
     i, j = sch.get_loops(ob)
     mo, mi = sch.split(i, [None, MR])
     no, ni = sch.split(j, [None, NR])
@@ -247,7 +264,7 @@ def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int, wei
         weights_outer = npad > m  # keep the bigger operand's panel in cache
     outer = [no, mo] if weights_outer else [mo, no]
     sch.reorder(*outer, mi, ni)
-    for blk in (bb, sb, cb):
+    for blk in (bb, sb, cb) if sb is not None else (bb, cb):
         sch.compute_at(blk, outer[1])
         sch.set_scope(blk, 0, ACC_SCOPE)  # "global": a stack alloca LLVM keeps in registers
     bl = sch.get_loops(bb)[2:]
@@ -266,6 +283,9 @@ def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int, wei
     sch.parallel(outer[0])
     sch.unroll(mi)
     sch.vectorize(ni)
+    if asm:
+        _tensorize_asm(sch, cb, red_b, outer[0])
+        return
     loops = list(sch.get_loops(cb)[2:])  # mi, ni, lane, rb, rh, rp (a unit rb dropped)
     ci_, cj, cl = loops[:3]
     rest = loops[3:]
@@ -290,3 +310,14 @@ def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int, wei
     init = sch.get_sblock("lanesum_init")
     sch.vectorize(sch.get_loops(init)[-1])
 
+
+
+def _tensorize_asm(sch, cb, red_b: int, outer_loop) -> None:
+    """The accumulator block's (4 pixels, 4 channels, NB, 16) nest as one call of the assembly tile
+    (gemm_int8_a53_ldr64, all NB blocks), its zeroing vectorized; the tile's IR linked at `outer_loop`."""
+    ci_, cj, rb, rt = sch.get_loops(cb)[2:]
+    sch.reorder(rb, ci_, cj, rt)
+    sch.decompose_reduction(cb, rb)
+    sch.vectorize(sch.get_loops(sch.get_sblock("acc_init"))[-1])
+    sch.tensorize(rb, a53.intrin(red_b))
+    sch.annotate(outer_loop, "pragma_import_llvm", a53.llvm_ir(red_b))
