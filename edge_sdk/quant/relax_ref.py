@@ -111,6 +111,18 @@ def _layout_op(op, call, args):
     return x[tuple(sl)]
 
 
+def _prelu(call, args):
+    shape = [1] * args[0].ndim
+    shape[int(call.attrs.axis)] = -1
+    return np.where(args[0] > 0, args[0], args[0] * args[1].reshape(shape))
+
+
+_SMALL_OPS = {
+    "relax.nn.prelu": _prelu,
+    "relax.broadcast_to": lambda call, args: np.broadcast_to(args[0], _shape(call.ty)),
+}
+
+
 def _eval_call(call, args):
     op = call.op.name
     a = call.attrs
@@ -150,6 +162,8 @@ def _eval_call(call, args):
         return _softmax(args[0], int(a.axis))
     if op in ("relax.reshape", "relax.flatten", "relax.squeeze", "relax.expand_dims", "relax.nn.batch_flatten"):
         return args[0].reshape(_shape(call.ty))
+    if op in _SMALL_OPS:
+        return _SMALL_OPS[op](call, args)
     if op == "relax.permute_dims":
         return args[0].transpose(None if a.axes is None else _ints(a.axes))
     if op == "relax.astype":
