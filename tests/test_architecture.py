@@ -69,7 +69,20 @@ def _graph() -> dict[str, set[str]]:
         # an import of a.b.c also runs a and a.b (their __init__), but a package importing its own
         # submodules is not a circle we care about; keep edges to real modules only.
         graph[mod] = {d for d in deps if d in files and d != mod}
+    for resolver, name in _registry_links():
+        target = name.partition(":")[0]
+        assert resolver in files and target in files, (resolver, name)
+        if target != resolver:
+            graph[resolver].add(target)
     return graph
+
+
+def _registry_links() -> list[tuple[str, str]]:
+    """The op registry's "module:function" names (graph/ops), each an import by the module that resolves it:
+    they are strings because graph/ sits below the layers holding the code, so only this makes them edges."""
+    from edge_sdk.graph import ops
+
+    return ops.links()
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -3,8 +3,8 @@
     .venv/bin/python tools/make_ops_doc.py            # rewrites docs/OPS.md
     .venv/bin/python tools/make_ops_doc.py --check    # exit 1 if docs/OPS.md's op lists are not the code's
 
-Sources: int8 -- edge_sdk.models.tflite_int8.SUPPORTED (our own reader and kernels) and the op registry
-edge_sdk.graph.ops (one entry per op: its readers, numpy reference and kernel); ONNX QDQ --
+Sources: int8 -- the op registry edge_sdk.graph.ops (one entry per op: its readers, numpy reference and
+kernel; edge_sdk.models.tflite_int8.SUPPORTED is its list); ONNX QDQ --
 edge_sdk.models.onnx_qdq_ops (MAP, BECOMES, REFUSED); float .tflite -- the
 Relax TFLite frontend's converter table; ONNX -- the Relax ONNX frontend's converters per opset 13..18
 and the numpy reference's Relax ops (an ONNX model's golden output comes from it); bitserial -- the zoo's
@@ -110,9 +110,9 @@ def _registry(tested: set[str]) -> list[str]:
         opts = ", ".join(key for key, _, _ in d.tflite.fields) if d.tflite else ""
         rows.append(f"| {d.kind}{' *' if d.kind in tested else ''} | {d.family} | {opts} | {', '.join(d.onnx)} | "
                     f"`{_short(d.reference)}` | `{_short(d.kernel)}` | {d.doc} |")
-    return ["The ops registered in `edge_sdk/graph/ops/` (one entry per op, in the module of its family, ties",
-            "the .tflite options read, the ONNX QDQ op types, the numpy reference and the kernel; a new op is one",
-            "entry there plus its numpy body):", "",
+    return ["Each op above is one entry in `edge_sdk/graph/ops/` (in the module of its family), which ties the",
+            ".tflite options read, the ONNX QDQ op types, the numpy reference and the kernel; a new op is one",
+            "entry there plus its numpy body:", "",
             "| op | family | .tflite options | ONNX QDQ | numpy reference | kernel | |", "|---|---|---|---|---|---|---|",
             *rows, ""]
 

@@ -133,11 +133,4 @@ def _check(g: Int8Graph) -> None:
     """What the int8 kernels assume beyond what the mapping guarantees (as tflite_int8 checks its files)."""
     for op in g.ops:
         where = f"{g.path}: op {op.index} ({op.kind}, of '{g.tensors[op.outputs[0]].name}')"
-        if op.kind not in ("QUANTIZE", "DEQUANTIZE"):
-            registered.validate(g, op, where)
-        if op.kind in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"):
-            w = g.tensors[op.inputs[1]]
-            if np.any(np.asarray(w.q.zero_point) != 0):
-                raise ModelError(f"{where}: weights '{w.name}' have a non-zero zero point")
-        if op.kind == "DEPTHWISE_CONV_2D" and tuple(op.opts["dilation"]) != (1, 1):
-            raise ModelError(f"{where}: dilated depthwise convolution is not supported")
+        registered.validate(g, op, where)

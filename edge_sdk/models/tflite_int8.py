@@ -21,53 +21,14 @@ from edge_sdk.graph.int8 import ACT_NAMES as ACT_NAMES, Int8Graph, Op, Tensor  #
 from edge_sdk.models import tflite_int8_ops as registered
 from edge_sdk.quant import int8 as q8
 
-CORE = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "AVERAGE_POOL_2D", "MAX_POOL_2D",
-             "MEAN", "RESHAPE", "SQUEEZE", "PAD", "PADV2", "CONCATENATION", "SOFTMAX", "LOGISTIC",
-             "QUANTIZE", "DEQUANTIZE")  # read here; the rest (and ADD, LOGISTIC's options) from graph/ops
-SUPPORTED = CORE + tuple(k for k in registry.kinds() if k not in CORE)
+SUPPORTED = registry.kinds()  # every op the int8 path takes has its entry in graph/ops
 _DTYPES = {0: "float32", 2: "int32", 3: "uint8", 4: "int64", 7: "int16", 9: "int8"}
-_PAD = {0: "SAME", 1: "VALID"}
 
 
 def _op_names() -> dict[int, str]:
     import tflite
 
     return {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
-
-
-def _options(op, kind: str) -> dict:
-    import tflite
-
-    table = {"CONV_2D": tflite.Conv2DOptions, "DEPTHWISE_CONV_2D": tflite.DepthwiseConv2DOptions,
-             "FULLY_CONNECTED": tflite.FullyConnectedOptions,
-             "AVERAGE_POOL_2D": tflite.Pool2DOptions, "MAX_POOL_2D": tflite.Pool2DOptions,
-             "MEAN": tflite.ReducerOptions, "SOFTMAX": tflite.SoftmaxOptions,
-             "CONCATENATION": tflite.ConcatenationOptions}
-    if registry.of(kind) is not None:  # ADD, MUL, LEAKY_RELU ...: read as their entry says
-        return registered.options(op, kind)
-    cls = table.get(kind)
-    if cls is None or op.BuiltinOptions() is None:
-        return {}
-    o = cls()
-    o.Init(op.BuiltinOptions().Bytes, op.BuiltinOptions().Pos)
-    if kind in ("CONV_2D", "DEPTHWISE_CONV_2D"):
-        d = {"padding": _PAD[o.Padding()], "stride": (o.StrideH(), o.StrideW()),
-             "dilation": (o.DilationHFactor(), o.DilationWFactor()), "act": o.FusedActivationFunction()}
-        if kind == "DEPTHWISE_CONV_2D":
-            d["depth_multiplier"] = o.DepthMultiplier()
-        return d
-    if kind in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
-        return {"padding": _PAD[o.Padding()], "stride": (o.StrideH(), o.StrideW()),
-                "filter": (o.FilterHeight(), o.FilterWidth()), "act": o.FusedActivationFunction()}
-    if kind == "FULLY_CONNECTED":
-        return {"act": o.FusedActivationFunction(), "keep_num_dims": bool(o.KeepNumDims())}
-    if kind == "MEAN":
-        return {"keep_dims": bool(o.KeepDims())}
-    if kind == "SOFTMAX":
-        return {"beta": float(o.Beta())}
-    if kind == "CONCATENATION":
-        return {"axis": o.Axis(), "act": o.FusedActivationFunction()}
-    return {}
 
 
 def _tensor(model, sub, i: int) -> Tensor:
@@ -113,8 +74,9 @@ def read_int8_tflite(path: Path) -> Int8Graph:
             op = sub.Operators(k)
             code = model.OperatorCodes(op.OpcodeIndex())
             kind = names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), f"CUSTOM({code.CustomCode()})")
+            opts = registered.options(op, kind) if registry.of(kind) else {}  # read as its graph/ops entry says
             ops.append(Op(k, kind, [int(v) for v in op.InputsAsNumpy()] if op.InputsLength() else [],
-                          [int(v) for v in op.OutputsAsNumpy()], _options(op, kind) if kind in SUPPORTED else {}))
+                          [int(v) for v in op.OutputsAsNumpy()], opts))
         inputs = [int(v) for v in sub.InputsAsNumpy()]
         outputs = [int(v) for v in sub.OutputsAsNumpy()]
     except Exception as e:  # noqa: BLE001 - flatbuffers raises anything on garbage; re-raised with the file
@@ -155,8 +117,9 @@ def _validate(g: Int8Graph) -> None:
     if len(g.inputs) != 1 or len(g.outputs) != 1:
         raise ModelError(f"{g.path}: expected one input and one output, found {len(g.inputs)} and {len(g.outputs)}")
     for op in g.ops:
-        if op.kind not in SUPPORTED:
-            raise ModelError(f"{where(op)}: not supported by the int8 compiler (supported: {', '.join(SUPPORTED)})")
+        if registry.of(op.kind) is None:
+            raise ModelError(f"{where(op)}: not supported by the int8 compiler "
+                             f"(supported: {', '.join(sorted(registry.kinds()))})")
         for i in op.inputs + op.outputs:
             t = g.tensors[i]
             if t.dtype == "uint8":
@@ -164,7 +127,7 @@ def _validate(g: Int8Graph) -> None:
                                  "only int8 models from the current TFLite converter are supported")
             if t.dtype == "int16":
                 raise ModelError(f"{where(op)}: tensor '{t.name}' is int16 (16x8 quantization); not supported")
-        if op.kind in ("QUANTIZE", "DEQUANTIZE"):
+        if not registry.of(op.kind).int8_io:  # QUANTIZE / DEQUANTIZE
             continue
         for i in registered.data_inputs(op) + op.outputs:
             t = g.tensors[i]
@@ -172,11 +135,3 @@ def _validate(g: Int8Graph) -> None:
                 raise ModelError(f"{where(op)}: tensor '{t.name}' is {t.dtype} without int8 quantization; "
                                  "the int8 variant needs a full-integer model")
         registered.validate(g, op, where(op))
-        if op.kind in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"):
-            w = g.tensors[op.inputs[1]]
-            if w.data is None or w.dtype != "int8":
-                raise ModelError(f"{where(op)}: weights '{w.name}' are not constant int8")
-            if np.any(np.asarray(w.q.zero_point) != 0):
-                raise ModelError(f"{where(op)}: weights '{w.name}' have a non-zero zero point")
-        if op.kind == "DEPTHWISE_CONV_2D" and op.opts["dilation"] != (1, 1):
-            raise ModelError(f"{where(op)}: dilated depthwise convolution is not supported")

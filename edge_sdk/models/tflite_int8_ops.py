@@ -1,21 +1,19 @@
-"""The .tflite reader's side of the registered int8 ops (graph/ops: one entry per op): their builtin options
-as read from the flatbuffer, which inputs carry data, and their structural checks -- all read from the
-entries, so a new op is a registration, not an edit here. models/tflite_int8.py reads them with these.
+"""The int8 readers' side of the registered ops (graph/ops: one entry per op): their builtin options as
+read from the flatbuffer, which inputs carry data, and their structural checks -- all read from the
+entries, so a new op is a registration, not an edit here. models/tflite_int8.py reads them with these;
+models/onnx_qdq.py checks its graphs with validate() too.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from edge_sdk.errors import ModelError
 from edge_sdk.graph import ops as registry
 
-CORE_SAME_QUANT = ("CONCATENATION",)  # a core op (not registered) that moves values too
-CORE_ALL_DATA = ("CONCATENATION",)
-
-
 def data_inputs(op) -> list[int]:
     """Indices of the int8 data inputs of an op (SPLIT's first input is its axis; shape/index/size
     operands are int32 constants)."""
-    d = registry.of(op.kind)
-    mode = d.data_inputs if d is not None else "all" if op.kind in CORE_ALL_DATA else "first"
+    mode = registry.of(op.kind).data_inputs
     if mode == "second":
         return op.inputs[1:2]
     if mode == "all":
@@ -32,7 +30,8 @@ def options(op, kind: str) -> dict:
         return {}
     o = getattr(tflite, spec.table)()
     o.Init(op.BuiltinOptions().Bytes, op.BuiltinOptions().Pos)
-    return {key: cast(getattr(o, getter)()) for key, getter, cast in spec.fields}
+    return {key: tuple(cast(getattr(o, g)()) for g in getter) if isinstance(getter, tuple) else
+            cast(getattr(o, getter)()) for key, getter, cast in spec.fields}
 
 
 def _same_quant(g, op, ins, where: str) -> None:
@@ -43,19 +42,41 @@ def _same_quant(g, op, ins, where: str) -> None:
                              f"'{out.name}'; {op.kind} needs one scale and zero point")
 
 
+def _weights(g, op, where: str) -> None:
+    w = g.tensors[op.inputs[1]]
+    if w.data is None or w.dtype != "int8":
+        raise ModelError(f"{where}: weights '{w.name}' are not constant int8")
+    if w.q is None:
+        raise ModelError(f"{where}: weights '{w.name}' have no quantization parameters")
+    if np.any(np.asarray(w.q.zero_point) != 0):
+        raise ModelError(f"{where}: weights '{w.name}' have a non-zero zero point")
+
+
+def _refused(op, where: str, rule: tuple) -> None:
+    key, message, *accepted = rule  # (option, message): refused when set; (.., value): unless it is that value
+    value = op.opts.get(key)
+    if accepted:
+        bad = value is not None and tuple(value) != tuple(accepted[0])
+    else:
+        bad = bool(value)
+    if bad:
+        raise ModelError(f"{where}: {message.format(value=value)}")
+
+
 def validate(g, op, where: str) -> None:
     """Checks beyond dtypes: what these ops need to be computed exactly, or a ModelError naming the op."""
     d = registry.of(op.kind)
-    ins = [g.tensors[i] for i in data_inputs(op)]
-    if (d.same_quant if d is not None else op.kind in CORE_SAME_QUANT):
-        _same_quant(g, op, ins, where)
-    if d is None:
+    if not d.int8_io:  # QUANTIZE / DEQUANTIZE: float or rescaled edges
         return
+    ins = [g.tensors[i] for i in data_inputs(op)]
+    if d.same_quant:
+        _same_quant(g, op, ins, where)
     if d.family == "binary" and len(ins) == 2 and all(t.data is not None for t in ins):
         raise ModelError(f"{where}: both operands are constants (the converter folds these)")
-    for key, message in d.refuse:
-        if op.opts.get(key):
-            raise ModelError(f"{where}: {message.format(value=op.opts[key])}")
+    if d.weights:
+        _weights(g, op, where)
+    for rule in d.refuse:
+        _refused(op, where, rule)
     for i in op.inputs[1:]:
         t = g.tensors[i] if i >= 0 else None
         if d.const_operands and t is not None and t.data is None:

@@ -1,6 +1,6 @@
-"""The numpy reference run of the registered int8 ops (graph/ops: binary, unary tables, movement, resize),
-called by quant/tflite_int8_ref.eval_op; each entry names its reference here or in int8_pointwise /
-int8_nonlinear. And the per-op parameters the compiler (compiler/int8/binary_unary_resize_move.py) reads too.
+"""The numpy reference of every int8 op (graph/ops entries name their reference here, or a table in
+int8_pointwise / int8_nonlinear), dispatched by eval_registered (quant/tflite_int8_ref.eval_op calls it);
+and the per-op parameters the compiler (compiler/int8: emit_scheduled, binary_unary_resize_move) reads too.
 """
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 
 from edge_sdk.graph import ops as registry
 from edge_sdk.graph.int8 import ACT_NAMES, Int8Graph, Op
-from edge_sdk.quant import int8 as q8, int8_layout as ql, int8_pointwise as qp
+from edge_sdk.quant import int8 as q8, int8_layout as ql, int8_nonlinear as qn, int8_pointwise as qp
 
 
 
@@ -48,6 +48,18 @@ def unary_table(g: Int8Graph, op: Op) -> np.ndarray | None:
         return None
     opts = [op.opts.get(key, default) for key, default in d.reference_opts]
     return registry.resolve(d.reference)(*opts, *_q(g, op.inputs[0]), *_q(g, op.outputs[0]))
+
+
+def conv_params(g: Int8Graph, op: Op) -> tuple[np.ndarray, np.ndarray | None, q8.Requant]:
+    """(weights, int32 bias or None, Requant): everything a conv/depthwise/dense kernel needs besides the input."""
+    x, w, out = (g.tensors[i] for i in (op.inputs[0], op.inputs[1], op.outputs[0]))
+    bias = g.tensors[op.inputs[2]].data if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+    mult, shift = q8.conv_multipliers(x.q.s, w.q.scale, out.q.s)
+    n_out = w.shape[-1] if op.kind == "DEPTHWISE_CONV_2D" else w.shape[0]
+    if mult.size == 1:
+        mult, shift = np.repeat(mult, n_out), np.repeat(shift, n_out)
+    rq = q8.Requant(in_zp=x.q.z, multiplier=mult, shift=shift, out_zp=out.q.z, act=op_act(g, op))
+    return w.data, None if bias is None else bias.astype(np.int32), rq
 
 
 def slice_spec(g: Int8Graph, op: Op):
@@ -125,6 +137,80 @@ def resize(g: Int8Graph, op: Op, env: dict):
     fn = ql.resize_nearest if op.kind == "RESIZE_NEAREST_NEIGHBOR" else ql.resize_bilinear
     return fn(env[op.inputs[0]], ql.out_hw_of(g.tensors[op.inputs[1]].data), align_corners=o["align_corners"],
               half_pixel_centers=o["half_pixel_centers"])
+
+
+def _io(g: Int8Graph, op: Op, env: dict):
+    return env[op.inputs[0]], g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
+
+
+# ---- the core ops' references (graph/ops entries name them: f(g, op, env) -> array) -------------------
+
+def conv2d(g: Int8Graph, op: Op, env: dict) -> np.ndarray:
+    return q8.conv2d(env[op.inputs[0]], *conv_params(g, op), q8.Window.of(op.opts))
+
+
+def depthwise_conv2d(g: Int8Graph, op: Op, env: dict) -> np.ndarray:
+    x, t_in, t_out = _io(g, op, env)
+    return q8.depthwise_conv2d(x, *conv_params(g, op), q8.Window.of(op.opts),
+                               depth_multiplier=t_out.shape[-1] // t_in.shape[-1])
+
+
+def fully_connected(g: Int8Graph, op: Op, env: dict) -> np.ndarray:
+    return q8.fully_connected(env[op.inputs[0]], *conv_params(g, op)).reshape(g.tensors[op.outputs[0]].shape)
+
+
+def pool(g: Int8Graph, op: Op, env: dict) -> np.ndarray:
+    o = op.opts
+    fn = q8.avg_pool if op.kind == "AVERAGE_POOL_2D" else q8.max_pool
+    return fn(env[op.inputs[0]], kh=o["filter"][0], kw=o["filter"][1], stride=o["stride"], padding=o["padding"],
+              act=op_act(g, op))
+
+
+def mean(g: Int8Graph, op: Op, env: dict) -> np.ndarray:
+    x, t_in, t_out = _io(g, op, env)
+    axes = tuple(int(a) for a in np.asarray(g.tensors[op.inputs[1]].data).reshape(-1))
+    y = q8.mean(x, axes, in_zp=t_in.q.z, out_zp=t_out.q.z, in_scale=t_in.q.s, out_scale=t_out.q.s,
+                keep_dims=op.opts["keep_dims"])
+    return y.reshape(t_out.shape)
+
+
+def reshape(g: Int8Graph, op: Op, env: dict) -> np.ndarray:
+    return env[op.inputs[0]].reshape(g.tensors[op.outputs[0]].shape)
+
+
+def pad_value(g: Int8Graph, op: Op) -> int:
+    """PAD fills with the output zero point, PADV2 with its constant value operand (if given)."""
+    if op.kind == "PADV2" and len(op.inputs) > 2:
+        return int(np.asarray(g.tensors[op.inputs[2]].data).reshape(-1)[0])
+    return g.tensors[op.outputs[0]].q.z
+
+
+def pad(g: Int8Graph, op: Op, env: dict) -> np.ndarray:
+    return q8.pad(env[op.inputs[0]], g.tensors[op.inputs[1]].data, value=pad_value(g, op))
+
+
+def concatenation(g: Int8Graph, op: Op, env: dict) -> np.ndarray:
+    y = np.concatenate([env[i] for i in op.inputs], axis=op.opts["axis"])
+    lo, hi = op_act(g, op)
+    return np.clip(y, lo, hi).astype(np.int8)
+
+
+def softmax(g: Int8Graph, op: Op, env: dict) -> np.ndarray:
+    x, t_in, _ = _io(g, op, env)
+    return qn.softmax(x, beta=op.opts["beta"], in_scale=t_in.q.s)
+
+
+def quantize(g: Int8Graph, op: Op, env: dict) -> np.ndarray:
+    x, t_in, t_out = _io(g, op, env)
+    if t_in.dtype == "float32":
+        return q8.quantize(x, t_out.q.s, t_out.q.z)
+    mult, shift = q8.quantize_multiplier(float(np.float32(t_in.q.s)) / float(np.float32(t_out.q.s)))
+    return q8.requantize(x.astype(np.int64) - t_in.q.z, mult, shift, t_out.q.z, (q8.INT8_MIN, q8.INT8_MAX))
+
+
+def dequantize(g: Int8Graph, op: Op, env: dict) -> np.ndarray:
+    x, t_in, _ = _io(g, op, env)
+    return q8.dequantize(x, t_in.q.s, t_in.q.z)
 
 
 def binary(g: Int8Graph, op: Op, a, b):

@@ -6,9 +6,11 @@
 lower_int8 takes a full-int8 .tflite as it is, or quantizes a float model first (quant/ptq.py:
 calibration from model.options["calibrate"], a folder of images, or seeded random frames).
 
-Each op of the Int8Graph (edge_sdk.models.tflite_int8) becomes one call_tir to a PrimFunc we
-scheduled (kernels.py for conv/depthwise/dense with the requantize fused in; glue.py for the rest);
-reshape/squeeze/concat stay Relax ops (TVM legalizes them: pure data movement). Weights, biases and
+Each op of the Int8Graph (edge_sdk.models.tflite_int8) is emitted by the kernel its graph/ops entry names:
+one call_tir to a PrimFunc we scheduled (emit_scheduled.py: kernels.py for conv/depthwise/dense with the
+requantize fused in, glue.py for add/pool/mean/pad/softmax/quantize; binary_unary_resize_move.py for the
+broadcasting, table, resize ops); reshape/squeeze/concat and the movement ops stay Relax ops (TVM
+legalizes them: pure data movement). Weights, biases and
 requantization constants are relax constants, lifted into params p0000... by lower.lift_params.
 """
 from __future__ import annotations
@@ -20,103 +22,28 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from edge_sdk.compiler.int8 import binary_unary_resize_move, glue, kernels
 from edge_sdk.compiler.lower import lift_params
-from edge_sdk.compiler.ops.common import simd_of
 from edge_sdk.errors import CompileError, ModelError, UsageError
+from edge_sdk.graph import ops as registry
 from edge_sdk.models.tflite_int8 import Int8Graph, read_int8_tflite
-from edge_sdk.quant.int8 import Window
-from edge_sdk.quant.tflite_int8_ref import add_params, conv_params, op_act
-
-
-def _kernel_for(g: Int8Graph, op, simd, name: str):
-    """The scheduled Kernel for one op, or None for ops that stay Relax data movement."""
-    t_in = g.tensors[op.inputs[0]]
-    t_out = g.tensors[op.outputs[0]]
-    o, xs = op.opts, t_in.shape
-    if op.kind == "CONV_2D":
-        return kernels.conv2d(xs, *conv_params(g, op), Window.of(o), simd=simd, name=name)
-    if op.kind == "DEPTHWISE_CONV_2D":
-        return kernels.depthwise(xs, *conv_params(g, op), Window.of(o), depth_multiplier=t_out.shape[-1] // xs[-1],
-                                 simd=simd, name=name)
-    if op.kind == "FULLY_CONNECTED":
-        w, bias, rq = conv_params(g, op)
-        return kernels.dense(int(np.prod(xs)) // w.shape[1], w, bias, rq, simd=simd, name=name)
-    if op.kind == "ADD":
-        if g.tensors[op.inputs[1]].shape != xs:
-            raise ModelError(f"{g.path}: op {op.index} (ADD): broadcasting add {list(xs)} + "
-                             f"{list(g.tensors[op.inputs[1]].shape)} is not supported")
-        return glue.add(xs, add_params(g, op), op_act(g, op), name=name)
-    if op.kind in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
-        return glue.pool(xs, kind=op.kind, kh=o["filter"][0], kw=o["filter"][1], stride=o["stride"],
-                         padding=o["padding"], act=op_act(g, op), name=name)
-    if op.kind == "MEAN":
-        axes = sorted({int(a) % len(xs) for a in np.asarray(g.tensors[op.inputs[1]].data).reshape(-1)})
-        keep = tuple(1 if d in axes else s for d, s in enumerate(xs))
-        return glue.mean(xs, axes, keep, in_zp=t_in.q.z, out_zp=t_out.q.z, in_scale=t_in.q.s,
-                         out_scale=t_out.q.s, name=name)
-    if op.kind in ("PAD", "PADV2"):
-        value = t_out.q.z
-        if op.kind == "PADV2" and len(op.inputs) > 2:
-            value = int(np.asarray(g.tensors[op.inputs[2]].data).reshape(-1)[0])
-        return glue.pad(xs, g.tensors[op.inputs[1]].data, value, name=name)
-    if op.kind == "SOFTMAX":
-        return glue.softmax(xs, beta=o["beta"], in_scale=t_in.q.s, name=name)
-    if op.kind == "LOGISTIC":
-        from edge_sdk.quant.int8_nonlinear import logistic_table
-
-        return glue.logistic(xs, logistic_table(t_in.q.s, t_in.q.z, t_out.q.s, t_out.q.z), name=name)
-    if op.kind == "QUANTIZE":
-        if t_in.dtype == "float32":
-            return glue.quantize(xs, scale=t_out.q.s, zero_point=t_out.q.z, name=name)
-        return glue.requantize(xs, in_zp=t_in.q.z, out_zp=t_out.q.z, in_scale=t_in.q.s, out_scale=t_out.q.s,
-                               name=name)
-    if op.kind == "DEQUANTIZE":
-        return glue.dequantize(xs, scale=t_in.q.s, zero_point=t_in.q.z, name=name)
-    return None
 
 
 def build_relax(g: Int8Graph, target: tvm.target.Target) -> tuple[tvm.IRModule, dict[str, int]]:
-    """The Relax module: main(x) = chain of call_tir to scheduled integer kernels; counts per op kind."""
-    simd = simd_of(target)
+    """The Relax module: main(x) = each op's kernel (its graph/ops entry's emitter), in order; counts per kind."""
     t_in = g.tensors[g.inputs[0]]
     x = relax.Var("input", relax.TensorType(t_in.shape, t_in.dtype))
     bb = relax.BlockBuilder()
     counts: dict[str, int] = {}
-    with bb.function("main", [x]):
+    with target, bb.function("main", [x]):
         with bb.dataflow():
             env = {g.inputs[0]: x}
             for op in g.ops:
-                t_out = g.tensors[op.outputs[0]]
                 counts[op.kind] = counts.get(op.kind, 0) + 1
-                name = f"{op.kind.lower()}_{op.index}"
-                vals = binary_unary_resize_move.emit(bb, g, op, env, name=name)
-                if vals is not None:
-                    env.update(zip(op.outputs, vals))
-                    continue
-                k = _kernel_for(g, op, simd, name)
-                if k is not None:
-                    gv = bb.add_func(k.func, name)
-                    args = [env[i] for i in op.inputs[:2 if op.kind == "ADD" else 1]]
-                    if op.kind == "FULLY_CONNECTED" and len(g.tensors[op.inputs[0]].shape) != 2:
-                        k_in = g.tensors[op.inputs[1]].shape[1]  # (1,1,1,K) after a keep-dims pool
-                        args[0] = bb.emit(relax.op.reshape(args[0], (-1, k_in)))
-                    args += [relax.const(c) for c in k.consts]
-                    val = bb.emit(relax.call_tir(gv, args, relax.TensorType(k.out_shape, k.out_dtype)))
-                    if k.out_shape[-1] > t_out.shape[-1]:  # the GEMM's channel padding
-                        val = bb.emit(relax.op.strided_slice(val, [len(k.out_shape) - 1], [0], [t_out.shape[-1]]))
-                    if tuple(k.out_shape[:-1]) + (t_out.shape[-1],) != tuple(t_out.shape):
-                        val = bb.emit(relax.op.reshape(val, t_out.shape))
-                elif op.kind in ("RESHAPE", "SQUEEZE"):
-                    val = bb.emit(relax.op.reshape(env[op.inputs[0]], t_out.shape))
-                elif op.kind == "CONCATENATION":
-                    val = bb.emit(relax.op.concat([env[i] for i in op.inputs], axis=op.opts["axis"]))
-                    lo, hi = op_act(g, op)
-                    if (lo, hi) != (-128, 127):
-                        val = bb.emit(relax.op.clip(val, lo, hi))
-                else:  # pragma: no cover - read_int8_tflite validated the op list
+                d = registry.of(op.kind)
+                if d is None:  # pragma: no cover - read_int8_tflite validated the op list
                     raise ModelError(f"{g.path}: op {op.index} ({op.kind}) has no int8 kernel")
-                env[op.outputs[0]] = val
+                vals = registry.resolve(d.kernel)(bb, g, op, env, name=f"{op.kind.lower()}_{op.index}")
+                env.update(zip(op.outputs, vals))
             out = bb.emit_output(env[g.outputs[0]])
         bb.emit_func_output(out)
     return bb.get(), counts

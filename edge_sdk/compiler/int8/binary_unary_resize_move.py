@@ -1,7 +1,8 @@
 """Integer kernels for the int8 binary (broadcasting), unary (table), resize and data-movement ops,
-and their emission into the Relax module of compiler/int8/backend.
+and their emission into the Relax module of compiler/int8/backend (graph/ops entries name the emitters):
 
-    emit(bb, g, op, env, *, name) -> [relax values, one per op output] | None (not one of ours)
+    emit_binary / emit_unary / emit_movement / emit_resize(bb, g, op, env, *, name) -> [relax values, one
+    per op output] (emit_binary: None for a same-shape ADD it leaves to glue.add, emit_scheduled.add)
 
 - Binary ops with numpy broadcasting (squeeze-excite's (1,H,W,C) x (1,1,1,C), a (1,H,W,1) gate, a
   constant vector or scalar): ADD/SUB (TFLite's rescale to 2*max(S1,S2) with 20 bits of headroom), MUL
@@ -21,7 +22,6 @@ from tvm import relax, te, tirx
 from edge_sdk.compiler.int8 import fixedpoint as fp
 from edge_sdk.compiler.int8.glue import _done, logistic as table_kernel
 from edge_sdk.compiler.int8.kernels import Kernel
-from edge_sdk.graph import ops as registry
 from edge_sdk.models.tflite_int8 import Int8Graph, Op
 from edge_sdk.quant import int8_layout as ql, int8_pointwise as qp
 from edge_sdk.quant import tflite_int8_ref_ops as ref
@@ -260,8 +260,3 @@ def emit_unary(bb, g: Int8Graph, op: Op, env: dict, *, name: str):
 def emit_resize(bb, g: Int8Graph, op: Op, env: dict, *, name: str):
     return [_call(bb, resize(g, op, name=name), [env[op.inputs[0]]], name)]
 
-
-def emit(bb, g: Int8Graph, op: Op, env: dict, *, name: str):
-    """Emit one registered op (graph/ops) with its entry's kernel; None if it is not one (or ADD falls back)."""
-    d = registry.of(op.kind)
-    return None if d is None else registry.resolve(d.kernel)(bb, g, op, env, name=name)

@@ -1,6 +1,7 @@
-"""int8 ops that move values without computing them (one quantization for inputs and outputs, so they run
-on the raw int8 values). Reference: f(g, op, env) in quant/tflite_int8_ref_ops.py; kernel: Relax
-take / permute_dims / strided_slice / concat, legalized by TVM."""
+"""int8 ops that move values without computing them: they run on the raw int8 values (SPLIT ... PACK and
+CONCATENATION need one quantization for inputs and outputs; RESHAPE, SQUEEZE, PAD and PADV2 keep the
+input's). Reference: f(g, op, env) in quant/tflite_int8_ref_ops.py; kernel: Relax take / permute_dims / strided_slice / concat / reshape, legalized
+by TVM, and glue.pad for PAD / PADV2."""
 from __future__ import annotations
 
 from edge_sdk.graph.ops import OpDef, TfliteOptions, register
@@ -29,3 +30,15 @@ register(OpDef("GATHER", "movement", _REF + "gather", _KERNEL, tflite=TfliteOpti
 register(OpDef("PACK", "movement", _REF + "pack", _KERNEL, tflite=TfliteOptions("PackOptions", (
                ("axis", "Axis", int), ("values_count", "ValuesCount", int))), data_inputs="all", same_quant=True,
                doc="stack along a new axis"))
+register(OpDef("CONCATENATION", "movement", "edge_sdk.quant.tflite_int8_ref_ops:concatenation",
+               "edge_sdk.compiler.int8.emit_scheduled:concatenation", tflite=TfliteOptions("ConcatenationOptions", (
+               ("axis", "Axis", int), ("act", "FusedActivationFunction", int))), data_inputs="all", same_quant=True,
+               doc="Relax concat, then the fused activation's clamp"))
+register(OpDef("RESHAPE", "movement", "edge_sdk.quant.tflite_int8_ref_ops:reshape",
+               "edge_sdk.compiler.int8.emit_scheduled:reshape", doc="to the output tensor's shape"))
+register(OpDef("SQUEEZE", "movement", "edge_sdk.quant.tflite_int8_ref_ops:reshape",
+               "edge_sdk.compiler.int8.emit_scheduled:reshape", doc="to the output tensor's shape"))
+register(OpDef("PAD", "movement", "edge_sdk.quant.tflite_int8_ref_ops:pad", "edge_sdk.compiler.int8.emit_scheduled:pad",
+               doc="constant paddings, the output zero point"))
+register(OpDef("PADV2", "movement", "edge_sdk.quant.tflite_int8_ref_ops:pad", "edge_sdk.compiler.int8.emit_scheduled:pad",
+               doc="constant paddings and value"))
