@@ -20,6 +20,7 @@ from tvm import s_tir, te
 
 from edge_sdk.compiler.choice import register_candidates
 from edge_sdk.compiler.ops import conv1x1_gemm_a53 as a53
+from edge_sdk.compiler.ops import conv_im2col_a53 as im2col
 from edge_sdk.compiler.ops.common import ACC_SCOPE, NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner, vector_width
 
 
@@ -263,11 +264,20 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     return finish(sch, name, workload=workload)
 
 
+def _im2col_rule(simd: Simd, shape, kernel, strides, padding, cpad: int) -> bool:
+    """A strided conv where conv_im2col_a53.applies runs as an implicit-im2col GEMM on the A53 assembly
+    tile (modelled pi3, 1 thread, ResNet18's 3x3 s2 convs, LLVM's direct conv -> im2col: 56x56x64 -> 128
+    32.3 -> 24.9 M cycles, 28x28x128 -> 256 37.2 -> 26.2 M, 14x14x256 -> 512 35.0 -> 27.2 M)."""
+    return strides[0] > 1 and im2col.applies(simd, shape, kernel, strides, padding, choose_nr(simd, 2, cpad))
+
+
 def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, epi: Epilogue = NO_EPILOGUE,
                   name="edge_conv2d", schedule: str = "default") -> tvm.tirx.PrimFunc:
     """NHWC conv over packed weights (cpad/nr, KH, KW, CI, nr); padding = (top, left, bottom, right)
     with zeros, or (top, left, bottom, right, fills) with one border value per input channel.
-    `schedule`: "weights_outer" / "pixels_outer", or "default" (the rule below)."""
+    `schedule`: "weights_outer" / "pixels_outer", "im2col", or "default" (_im2col_rule, else the rule below)."""
+    if schedule == "im2col" or (schedule == "default" and _im2col_rule(simd, shape, kernel, strides, padding, cpad)):
+        return im2col.conv2d_im2col(shape, kernel, strides, padding, cpad, simd, epi=epi, name=name)
     act, residual = epi.act, epi.residual
     n, h, w_, ci = shape
     kh, kw = kernel
