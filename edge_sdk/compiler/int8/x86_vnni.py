@@ -32,7 +32,7 @@ from tvm import s_tir, te, tirx
 from tvm.script import tirx as T
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
-from edge_sdk.compiler.int8.gemm_int8_widen16 import DENSE, ConvGeom
+from edge_sdk.compiler.int8.gemm_int8_widen16 import DENSE, ConvGeom, GemmTile
 from edge_sdk.compiler.ops.common import ACC_SCOPE, Simd, finish, pick_tile, round_up
 
 OFFSET = 128  # s8 -> u8: u = x + 128
@@ -168,14 +168,15 @@ def conv_gemm(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom = DENSE, simd: 
         fp.mbqm32(biased[i, j], mt[j], rt_[j]) + tirx.const(rq.out_zp, "int32"), lo, hi), name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
     copy_vec = (kh, kw) == (1, 1) and cip == ci and not any(geom.pads)
-    _schedule(sch, lanes=lanes, mr=mr, nr=nr, m=m, k=kh * kw * cip, npad=npad,
-              red=(kh, kw, cip // 4, 4), copy_vec=copy_vec)
+    _schedule(sch, GemmTile(mr, nr, m, kh * kw * cip, npad, (kh, kw, cip // 4, 4), False, copy_vec), lanes)
     return finish(sch, name), wp, npad
 
 
-def _schedule(sch, *, lanes: int, mr: int, nr: int, m: int, k: int, npad: int, red: tuple, copy_vec: bool):
+def _schedule(sch, tile: GemmTile, lanes: int):
     """mr x nr register tile over (row tile, channel tile), the bigger operand's panel outer; the u8 copy of
-    A per row tile (or whole, when the weights are outer); the 4-tap step tensorized to vpdpbusd."""
+    A per row tile (or whole, when the weights are outer; widen_vec: a vectorized copy); the 4-tap step
+    tensorized to vpdpbusd."""
+    mr, nr, m, k, npad, red = tile.mr, tile.nr, tile.m, tile.k, tile.npad, tile.red
     ab, cb, bb, ob = (sch.get_sblock(b) for b in ("a8", "acc", "biased", "out"))
     i, j = sch.get_loops(ob)
     mo, mi = sch.split(i, [None, mr])
@@ -194,7 +195,7 @@ def _schedule(sch, *, lanes: int, mr: int, nr: int, m: int, k: int, npad: int, r
         sch.parallel(sch.get_loops(ab)[0])
     else:
         sch.compute_at(ab, outer[0])
-    if copy_vec:
+    if tile.widen_vec:
         sch.vectorize(sch.get_loops(ab)[-1])
     sch.parallel(outer[0])
     if mr > 1:
