@@ -30,10 +30,12 @@ def compile_binarized(net, target, *, glue: str = "fused", output: str = "scores
     from edge_sdk.compiler.layers import layer_table
     from edge_sdk.compiler.lower import compile_relax
     from edge_sdk.compiler.bitserial.schedule import network_word
+    from edge_sdk.compiler.bitserial.x86_popcnt import schedule_arch
 
     aux: dict = {}
     mod, names = emit_network(net, target, glue=glue, output=output, aux_rows=aux)
-    rows = layer_rows(net, layer_table(mod), names, glue=glue, word=network_word(target.arch), aux_rows=aux)
+    rows = layer_rows(net, layer_table(mod), names, glue=glue, word=network_word(schedule_arch(target)),
+                      aux_rows=aux)
     sites: list = []
     ex, params = compile_relax(mod, target, progress=progress, kernel_sites=sites)
     from edge_sdk.compiler.kernel_map import assign_kernels

@@ -26,6 +26,7 @@ import numpy as np
 
 from edge_sdk.compiler.bitserial import io, kernels as ops, schedule
 from edge_sdk.compiler.bitserial.schedule import network_word
+from edge_sdk.compiler.bitserial.x86_popcnt import schedule_arch
 from edge_sdk.errors import CompileError
 from edge_sdk.models.binarized import DwPw
 from edge_sdk.quant.bitserial import pack_conv_weights
@@ -39,8 +40,9 @@ class _Emitter:
 
         if glue not in ("fused", "unfused"):
             raise CompileError(f"bitserial network: glue '{glue}' is not 'fused' or 'unfused'")
-        self.relax, self.net, self.arch, self.glue = relax, net, target.arch, glue
-        self.word = network_word(target.arch)  # packing word of weights, activations and outputs
+        # the schedule row: the target's arch, or on x86 the row of the AVX-512 popcount its CPU has (x86_popcnt)
+        self.relax, self.net, self.arch, self.glue = relax, net, schedule_arch(target), glue
+        self.word = network_word(self.arch)  # packing word of weights, activations and outputs
         self.bb = relax.BlockBuilder()
         self.funcs: dict = {}
         self.io_funcs: dict = {}
