@@ -86,3 +86,20 @@ def test_layer_split_at_four_threads_scales_the_work_to_the_span():
     assert rows[per_layer.PARALLEL]["ms"] == pytest.approx(800e-6)
     assert sum(r["ms"] for r in rows.values()) == pytest.approx(fig["modelled_cycles"] * 1e-6)
     assert rows["c1"]["ms"] == pytest.approx(3100e-6 / 4)
+
+
+def test_layer_split_joins_the_int8_tables_indexed_kernels():
+    """The int8 path's rows carry no kernels: row "i:<tensor>" is kernel "<kind>_i" (compiler/int8/backend.py)."""
+    layers = [{"name": "0:conv1_relu6", "op": "conv2d"}, {"name": "1:avgpool", "op": "mean"},
+              {"name": "2:fc", "op": "dense"}]
+    fns = [{"file": "model.so", "function": "conv_2d_0_compute_", "cycles": 900.0},
+           {"file": "model.so", "function": "__tvm_ffi_conv_2d_0", "cycles": 10.0},
+           {"file": "model.so", "function": "mean_1_compute_", "cycles": 40.0},
+           {"file": "libtvm_runtime.so", "function": "TVMBackendAllocWorkspace", "cycles": 50.0}]
+    fig = {"functions": fns, "clock_ghz": 1.0, "threads": 1, "modelled_cycles": 1000.0, "cycles_split": {},
+           "per_thread": {"0": {"cycles": 1000.0}}}
+    rows = {r["name"]: r for r in per_layer.layer_split(fig, layers)}
+    assert rows["0:conv1_relu6"]["ms"] == pytest.approx(910e-6) and rows["0:conv1_relu6"]["conv_ms"] == pytest.approx(910e-6)
+    assert rows["1:avgpool"]["glue_ms"] == pytest.approx(40e-6)
+    assert "2:fc" not in rows  # no kernel of its index ran: no row, as for a row without kernels
+    assert sum(r["ms"] for r in rows.values()) == pytest.approx(1000e-6)

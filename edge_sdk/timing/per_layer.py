@@ -10,6 +10,10 @@ rules, summed by the function that holds it, over all threads); nothing here pri
   and "__tvm_ffi_<name>" around the "<name>" wrapper: all three are the kernel's. A kernel called at
   several sites (one PrimFunc for layers of one shape) is shared equally among its call sites (same
   shapes, same code: the model prices them alike, up to their cache state).
+- The int8 path's table lists no kernels: its row i is named "i:<output tensor>" (compiler/int8/layers.py)
+  and its kernel "<op kind>_i" (compiler/int8/backend.py build_relax), so a row without kernels whose name
+  starts "i:" gets the model.so kernel ending "_i" as its main one (no glue estimate there: its fused
+  requantize counts as conv; a standalone quantize or pool row is glue by its op).
 - conv vs glue: runtime/profile.layer_times, as for the host profile (a fused conv kernel's epilogue is
   glue by the compiler's op-count estimate glue_share_est; separate glue kernels are glue).
 - The rest is kept as named rows (op OUTSIDE), never dropped: the TVM runtime (VM calls, allocations),
@@ -39,6 +43,27 @@ def _kernel_of(function: str, names: set[str]) -> str | None:
         if cand in names:
             return cand
     return None
+
+
+_ROW_INDEX = re.compile(r"^(\d+):")  # the int8 table's row names
+_KERNEL_INDEX = re.compile(r"_(\d+)$")  # ... and its kernels' names
+
+
+def _with_indexed_kernels(layers: list[dict], functions: list[dict]) -> list[dict]:
+    """layers, where a row without kernels named "i:..." gets the model.so kernel "<kind>_i" (the int8 path)."""
+    by_index: dict[int, str] = {}
+    for f in functions:
+        if f["file"] == "model.so":
+            base = _BODY.sub("", f["function"]).removeprefix(_FFI)
+            m = _KERNEL_INDEX.search(base)
+            if m:
+                by_index.setdefault(int(m.group(1)), base)
+    out = []
+    for lyr in layers:
+        m = None if lyr.get("kernels") else _ROW_INDEX.match(str(lyr.get("name", "")))
+        k = by_index.get(int(m.group(1))) if m else None
+        out.append(lyr if k is None else lyr | {"kernels": [{"name": k, "call": 0, "role": "main"}]})
+    return out
 
 
 def _sites(layers: list[dict]) -> dict[str, int]:
@@ -79,6 +104,7 @@ def layer_split(figures: dict, layers: list[dict]) -> list[dict]:
         sum(f["cycles"] for f in functions)
     # at N threads the functions' cycles are every thread's work: scale them to the span without its overhead
     scale = (total - parallel) / work if figures.get("threads", 1) > 1 and work > 0 else 1.0
+    layers = _with_indexed_kernels(layers, functions)
     sites = _sites(layers)
     kernels, rest = _by_kernel(functions, set(sites))
     profile = {"runs": 1, "sites": [{"kernel": k, "call": c, "calls": 1, "total_ms": cyc * scale / sites[k] / clock}
