@@ -48,6 +48,7 @@ class DemoOptions:
     resolution: int = 224
     classes: int = 1000
     bitserial: str = "w1a2"
+    ablation: bool = True  # also <bitserial>-unfused on the emulated Pi: the fused-glue ablation (Riptide's)
     frames: int = 10
     threads: int = 1
     host: bool = True  # also the host packages on a loopback sshd device
@@ -141,10 +142,15 @@ def compile_variants(opts: DemoOptions, targets: list[str], *, say, notes: list[
             notes.append(f"{name}: not available in this version yet (edge_sdk.variants); skipped")
             say(f"note: {notes[-1]}")
     variants.append(bitserial)
+    ablation = f"{bitserial}-unfused"  # the glue as separate float ops: drawn beside the fused one, per layer
+    if opts.ablation and ablation in VARIANTS:
+        variants.append(ablation)
     zoo = build_zoo_model(model, alpha=opts.alpha, resolution=opts.resolution, classes=opts.classes, seed=0)
     out: dict[str, list[Path]] = {t: [] for t in targets}
     for variant in variants:
         for target in targets:
+            if variant == ablation and get_target(target).stand_in != "emulated_pi":
+                continue  # the ablation is the Pi's question (its per-layer modelled split)
             t1 = time.monotonic()
             try:
                 pkg, cached = cached_package(zoo, get_variant(variant), get_target(target), folder=opts.out_dir)
@@ -302,6 +308,8 @@ def record(lines: Path, *, device: str, kind: str, packages, deploy_report, opts
                 run_json |= {k: fig[k] for k in ("modelled_ms", "modelled_cycles", "model_version")}
             extra = {"source": "classify", "package_sha256": pkg.sha256, "frames": len(got),
                      "top1_agreement_with_float": (sum(agree) / len(agree)) if agree else None}
+            if fig and fig.get("per_layer_modelled_ms"):  # the model's ms per layer (timing/per_layer.py)
+                extra["per_layer_modelled_ms"] = fig["per_layer_modelled_ms"]
             run_id = store.record_run(run_json, manifest, device=device, extra=extra)
             rows.append({"device": device, "how": kind, "target": run_json["target"], "variant": run_json["variant"],
                          "frames": len(got), "median_ms": round(run_json["latency_ms"]["median"], 2),

@@ -65,7 +65,7 @@ def test_reduced_demo_has_the_modelled_column(reduced_demo):
     rows = _json_doc(out)
     pi = {r["variant"]: r for r in rows if r["target"] == "pi3"}
     host = {r["variant"]: r for r in rows if r["target"] == "host"}
-    assert {"float32", "w1a2"} <= set(pi) and set(pi) == set(host)
+    assert {"float32", "w1a2"} <= set(host) and set(pi) == set(host) | {"w1a2-unfused"}  # the ablation: Pi only
     for v, r in pi.items():
         assert r["modelled_ms"] > 0 and r["ms"] == r["modelled_ms"] and r["ms_is"] == "modelled Pi 3 ms"
         assert r["qemu_wall_ms"] == r["median_ms"] > 0  # the app's time on the emulated Pi, kept apart
@@ -89,6 +89,13 @@ def test_reduced_demo_has_the_modelled_column(reduced_demo):
             shas[variant] = sha
         else:
             assert (ms, cycles, version) == (None, None, None)
+    with sqlite3.connect(db) as con:  # every Pi package's per-layer modelled split, in the run's extra
+        split = {v: (json.loads(x).get("per_layer_modelled_ms"), ms) for t, v, x, ms in con.execute(
+            "SELECT r.target, r.variant, r.extra, m.modelled_ms FROM runs r JOIN measurements m ON m.run_id = r.id "
+            "WHERE r.source = 'classify'") if t == "pi3"}
+    assert set(split) == set(pi)
+    for v, (layers, ms) in split.items():
+        assert layers and sum(x["ms"] for x in layers) == pytest.approx(ms, rel=0.03), v
 
     # the column is the timing model's own figure for that package (not the cache's, not qemu's)
     from edge_sdk.package import sha256_file

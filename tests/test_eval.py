@@ -279,5 +279,5 @@ def test_an_emulated_eval_run_is_placed_at_its_modelled_pi_ms(tmp_path):
         store.record_run(run, manifest, device="pi2", extra={"source": "eval", "accuracy": 0.95,
                                                              "package_sha256": "b" * 64})
         pts = {p["device"]: p for p in chart_data(store)["accuracy"]}
-    assert (pts["pi1"]["median_ms"], pts["pi1"]["ms_is"]) == (0.68, "modelled Pi ms")
+    assert (pts["pi1"]["median_ms"], pts["pi1"]["ms_is"], pts["pi1"]["basis"]) == (0.68, "modelled Pi 3 ms", "modelled")
     assert pts["pi2"]["median_ms"] == 28.0 and pts["pi2"]["ms_is"].startswith("QEMU wall time")

@@ -21,6 +21,8 @@ def add_demo_parser(sub) -> None:
     p.add_argument("--classes", type=int, default=1000)
     p.add_argument("--bitserial", default="w1a2", help=f"the bitserial variant to compile: "
                    f"{', '.join(names(family='bitserial'))} (default w1a2)")
+    p.add_argument("--no-ablation", action="store_true", help="skip <bitserial>-unfused on the emulated Pi (the "
+                   "fused-glue ablation the dashboard's per-layer chart draws beside the fused variant)")
     p.add_argument("--frames", type=int, default=10, help="sample frames the app classifies (default 10)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--accuracy-images", type=int, metavar="N", help="held-out digits the trained classifier "
@@ -46,7 +48,8 @@ def drive_demo(args) -> int:
     old = signal.signal(signal.SIGTERM, _sigterm)  # so `finally` stops the devices on kill too
     try:
         report = run_demo(DemoOptions(model=args.model, alpha=args.alpha, resolution=args.resolution,
-                                      classes=args.classes, bitserial=args.bitserial, frames=args.frames,
+                                      classes=args.classes, bitserial=args.bitserial, ablation=not args.no_ablation,
+                                      frames=args.frames,
                                       threads=args.threads, host=not args.no_host, db=db,
                                       dashboard=args.dashboard or db.with_name("dashboard.html"),
                                       out_dir=args.out_dir or cache / "demo", accuracy_images=args.accuracy_images,

@@ -39,24 +39,43 @@ def _run_key(r: dict) -> dict:
             "target": r["target"], "threads": r["threads"], "emulated": r["emulated"], "setup": setup_label(r)}
 
 
+OUTSIDE = "outside the layers"  # the op of a modelled row that is no layer's (runtime/profile.OUTSIDE)
+
+
+def modelled_layers(r: dict) -> list[dict] | None:
+    """An emulated run's per-layer modelled Pi ms (runs.extra["per_layer_modelled_ms"], timing/per_layer.py:
+    the timing model's price of each layer's functions, the rest as named rows), or None without a usable one."""
+    rows = (r.get("extra") or {}).get("per_layer_modelled_ms") if r.get("emulated") else None
+    if not isinstance(rows, list) or not rows:
+        return None
+    ok = all(isinstance(x, dict) and isinstance(x.get("name"), str) and all(
+        isinstance(x.get(k), (int, float)) and x[k] >= 0 for k in ("ms", "conv_ms", "glue_ms")) for x in rows)
+    return rows if ok else None
+
+
 def _layer_rows(run: dict, pkg: dict | None) -> list[dict]:
     """The run's per-layer times joined to the package's layer table by name (for op, FLOPs, bytes).
 
-    conv_ms/glue_ms: the runner's measured split when the run was profiled (runtime/profile.py: a
-    fused conv kernel's epilogue counts as glue), else all of the layer's time goes to its op's kind.
+    An emulated run with a modelled split: its modelled Pi ms per layer (split "modelled": conv vs glue as
+    the timing model's functions and the compiler's glue estimate give it; the runtime and other rest rows
+    are kind "outside"). Else the run's recorded times: conv_ms/glue_ms the runner's measured split when
+    profiled (runtime/profile.py: a fused conv kernel's epilogue counts as glue), else all of a layer's
+    time goes to its op's kind.
     """
     by_name = {lyr["name"]: lyr for lyr in (pkg or {}).get("layers", [])}
+    modelled = modelled_layers(run)
     rows = []
-    for t in run["per_layer_ms"]:
+    for t in modelled or run["per_layer_ms"]:
         lyr = by_name.get(t["name"], {})
         op = t.get("op") or lyr.get("op")
-        kind = layer_kind(op, t["name"])
-        measured = t.get("conv_ms") is not None and t.get("glue_ms") is not None
-        conv, glue = ((t["conv_ms"], t["glue_ms"]) if measured else
+        kind = "outside" if op == OUTSIDE else layer_kind(op, t["name"])
+        split = t.get("conv_ms") is not None and t.get("glue_ms") is not None
+        conv, glue = ((t["conv_ms"], t["glue_ms"]) if split else
                       (t["ms"], 0.0) if kind == "conv" else (0.0, t["ms"]))
         rows.append({"name": t["name"], "op": op or "", "kind": kind, "ms": t["ms"], "conv_ms": conv,
-                     "glue_ms": glue, "split": "measured" if measured else "op",
-                     "ms_is": QEMU_WALL if run.get("emulated") else "measured on the device",
+                     "glue_ms": glue, "split": "modelled" if modelled else "measured" if split else "op",
+                     "ms_is": modelled_label(run["target"]) if modelled else
+                     QEMU_WALL if run.get("emulated") else "measured on the device",
                      "flops": lyr.get("flops"), "bytes": (lyr["bytes_read"] + lyr["bytes_written"]) if lyr else None,
                      "intensity": lyr.get("intensity")})
     return rows
@@ -94,9 +113,8 @@ def _accuracy_points(evals: list[dict], runs: list[dict]) -> list[dict]:
     """The newest eval run per key, and other runs that recorded an accuracy where no eval did."""
     evaluated = {_key(r) for r in evals}
     # an emulated run is placed at its modelled Pi ms when it has one (the emulator's time is not a device's)
-    return [{**_run_key(r), "median_ms": r["modelled_ms"] if r["emulated"] and r.get("modelled_ms") else
-             r["latency_median_ms"], "ms_is": "modelled Pi ms" if r["emulated"] and r.get("modelled_ms") else
-             QEMU_WALL if r["emulated"] else "measured", "accuracy": r["accuracy"],
+    return [{**_run_key(r), "median_ms": pi_time(r)[0], "basis": pi_time(r)[1],
+             "ms_is": pi_time(r)[2] if pi_time(r)[1] != "measured" else "measured", "accuracy": r["accuracy"],
              "top5": r["extra"].get("top5"), "images": r["extra"].get("images"),
              "dataset": r["extra"].get("dataset"), "source": r["source"]}
             for r in [*evals, *(r for r in runs if _key(r) not in evaluated)] if r["accuracy"] is not None]
@@ -180,12 +198,15 @@ def chart_data(store: ResultsStore) -> dict:
 
     layers, unprofiled = [], []
     for r in runs:
-        if not r["per_layer_ms"]:
+        if not r["per_layer_ms"] and not modelled_layers(r):
             unprofiled.append(_run_key(r))
             continue
         rows = _layer_rows(r, pkgs.get(r["package_sha256"]))
         layers.append({**_run_key(r), "segments": rows, "measured": any(x["split"] == "measured" for x in rows),
-                       "conv_ms": sum(x["conv_ms"] for x in rows), "glue_ms": sum(x["glue_ms"] for x in rows)})
+                       "modelled": any(x["split"] == "modelled" for x in rows), "ms_is": rows[0]["ms_is"],
+                       "conv_ms": sum(x["conv_ms"] for x in rows if x["kind"] != "outside"),
+                       "glue_ms": sum(x["glue_ms"] for x in rows if x["kind"] != "outside"),
+                       "outside_ms": sum(x["ms"] for x in rows if x["kind"] == "outside")})
 
     roofline: dict[tuple, dict] = {}
     for r in runs:
@@ -196,8 +217,11 @@ def chart_data(store: ResultsStore) -> dict:
         if key not in roofline:
             roofline[key] = _roof_panel(r, pkg)
         panel = roofline[key]
-        # an emulated run's per-layer times are the emulator's: no attained GFLOP/s from them (hollow points)
-        timed = {} if r["emulated"] else {x["name"]: x["ms"] for x in r["per_layer_ms"]}
+        # an emulated run's recorded per-layer times are the emulator's: no attained GFLOP/s from them (hollow
+        # points); its modelled Pi ms per layer (timing/per_layer.py) are a Pi's figure (filled, basis "modelled")
+        modelled = modelled_layers(r)
+        timed = {x["name"]: x["ms"] for x in modelled if x.get("op") != OUTSIDE} if modelled else \
+            {} if r["emulated"] else {x["name"]: x["ms"] for x in r["per_layer_ms"]}
         for lyr in pkg["layers"]:
             if lyr["flops"] <= 0:
                 continue
@@ -207,6 +231,7 @@ def chart_data(store: ResultsStore) -> dict:
                 **_run_key(r), "layer": lyr["name"], "op": lyr["op"], "kind": layer_kind(lyr["op"]),
                 "flops": lyr["flops"], "bytes": lyr["bytes_read"] + lyr["bytes_written"],
                 "intensity": lyr["intensity"], "measured": ms is not None and ms > 0, "bound_gflops": bound,
+                "basis": ("modelled" if modelled else "measured") if ms else "bound",
                 "gflops": lyr["flops"] / (ms * 1e6) if ms else bound})
 
     accuracy = _accuracy_points(evals, runs)

@@ -1,5 +1,8 @@
 """The results store's modelled-time columns (issue 12): measurements.modelled_ms, modelled_cycles, model_version.
 
+A run's per-layer modelled split (timing/per_layer.py; the demo and bench --emulate pass it as
+extra["per_layer_modelled_ms"]) is kept in runs.extra, checked here when it is written (check_per_layer).
+
 They carry the Cortex-A53 timing model's figure for a run where one is known (edge_sdk/timing/package_figures.py; on
 an emulated Pi the latency columns are then the emulator's wall time, not a Pi's). They were added
 within schema 1, so nothing older misreads them: an older edge-sdk names the columns it writes and
@@ -40,6 +43,7 @@ def fields(run_json: dict, extra: dict) -> tuple:
     """(modelled_ms, modelled_cycles, model_version) from `extra` or the run JSON (bench --emulate's
     field names); all None when the run has no modelled figure. A figure that is not a positive
     number is a UsageError naming the key."""
+    check_per_layer(extra.get("per_layer_modelled_ms"))
     ms, cycles, version = (extra.get(k, run_json.get(k)) for k in ADDED)
     if ms is None:
         return None, None, None
@@ -54,3 +58,18 @@ def check(d: dict, path, where: str) -> None:
     if d.get("modelled_ms") is not None and not _positive(d["modelled_ms"]):
         raise ConfigError(f"{path}: {where}: modelled_ms is {d['modelled_ms']!r}, not a positive time",
                           hint="the file was edited by hand or damaged; remove that run")
+
+
+def check_per_layer(rows) -> None:
+    """None, or [{"name": str, "op"?, "ms", "conv_ms", "glue_ms": numbers >= 0}]; else a UsageError naming the row."""
+    if rows is None:
+        return
+    if not isinstance(rows, list):
+        raise UsageError(f"per_layer_modelled_ms: expected a list of layer rows, got {type(rows).__name__}")
+    for i, r in enumerate(rows):
+        bad = not isinstance(r, dict) or not isinstance(r.get("name"), str) or any(
+            not isinstance(r.get(k), (int, float)) or isinstance(r.get(k), bool) or not 0 <= r[k] < math.inf
+            for k in ("ms", "conv_ms", "glue_ms"))
+        if bad:
+            raise UsageError(f"per_layer_modelled_ms[{i}]: expected {{'name', 'ms', 'conv_ms', 'glue_ms'}} with "
+                             f"times >= 0, got {r!r}"[:300])

@@ -95,15 +95,18 @@ function drawLayers(data) {
   const s = section("layers", "Per-layer time: conv vs glue",
     "Each bar is one run, cut into its layers in execution order. Conv: convolutions and dense layers (the bitserial kernels included); glue: everything else (pooling, softmax, standalone quantize/bitpack). " +
     "A profiled run splits each layer as measured by the runner (a conv layer's fused epilogue and its quantize/bitpack kernels count as glue); other runs give a layer's whole time to its op's kind. " +
-    `An emulated Pi's layer times are ${LABELS.qemu_wall}: they show where the emulator spends its time, not a Pi's split.`);
-  legend(s, [{ label: "conv (compute layers)", color: KIND_COLOR.conv }, { label: "glue (other layers)", color: KIND_COLOR.glue }]);
+    "An emulated Pi's bars are modelled Pi ms: the Cortex-A53 timing model's price of each layer's functions in model.so, split the same way, " +
+    "with the time no layer owns (the TVM runtime's VM calls and allocations, libc) as grey rows after the layers, so the bar is the model's whole figure. " +
+    `An emulated run without that split is not drawn from its ${LABELS.qemu_wall} per layer.`);
+  legend(s, [{ label: "conv (compute layers)", color: KIND_COLOR.conv }, { label: "glue (other layers)", color: KIND_COLOR.glue },
+    { label: "outside the layers (runtime, VM calls, allocations, libc; modelled bars)", color: KIND_COLOR.outside }]);
   if (!data.layers.length) {
     note(s, "No per-layer profile yet: none of the runs carries per-layer times.");
   } else {
     for (const [model, rows] of byModel(data.layers)) {
       h("h3", {}, s, model);
       stackedChart(s, rows.map((r) => ({ ...r, rowLabel: `${r.variant} · ${r.setup}` })),
-        { title: `${model}: time per layer in milliseconds, conv vs glue`, xLabel: "time (ms), layers stacked" });
+        { title: `${model}: time per layer in milliseconds (emulated Pi: modelled Pi ms), conv vs glue`, xLabel: "time (ms), layers stacked" });
     }
     if (data.unprofiled.length) {
       note(s, "No per-layer profile yet for: " + data.unprofiled.map((r) => `${r.model} ${r.variant} on ${r.setup}`).join("; ") + ".");
@@ -118,11 +121,13 @@ function drawLayers(data) {
 function drawRoofline(data, colorOf) {
   const s = section("roofline", "Roofline per device",
     "Each layer sits at its arithmetic intensity (FLOPs / bytes read and written, from the package manifest) under the target's " +
-    "roof: min(peak GFLOP/s, bandwidth × intensity); the peak is that of the cores the run's threads use (a one-thread run: one core's peak). Filled: attained = layer FLOPs / layer time. Hollow: no per-layer time, " +
-    "so the point shows the layer's bound; an emulated Pi's points are all hollow (the emulator's time per layer is not a Pi's). Integer and bitserial layers count their multiply-adds as FLOPs against the fp32 peak.");
+    "roof: min(peak GFLOP/s, bandwidth × intensity); the peak is that of the cores the run's threads use (a one-thread run: one core's peak). Filled: attained = layer FLOPs / layer time, " +
+    "measured on a device, or for an emulated Pi the layer's modelled Pi ms (the timing model's price of its functions). Hollow: no per-layer time, " +
+    "so the point shows the layer's bound (the emulator's own time per layer is never used). Integer and bitserial layers count their multiply-adds as FLOPs against the fp32 peak, so they can sit above it.");
   if (!data.roofline.length) { note(s, "No roofline yet: no run's package carries a layer table with the target's peaks."); return; }
   legend(s, data.variants.map((v) => ({ label: v.name, color: colorOf(v.name), shape: "dot" }))
-    .concat([{ label: "measured (filled)", color: "#444", shape: "dot" }, { label: "bound only (hollow)", color: "#444", shape: "ring" }]));
+    .concat([{ label: "attained: measured, or modelled Pi ms (filled)", color: "#444", shape: "dot" },
+      { label: "bound only (hollow)", color: "#444", shape: "ring" }]));
   for (const p of data.roofline) {
     const setup = `${p.device} (${p.target}, ${p.threads} thread${p.threads === 1 ? "" : "s"})`;
     h("h3", {}, s, setup);
@@ -131,18 +136,24 @@ function drawRoofline(data, colorOf) {
   const flat = data.roofline.flatMap((p) => p.points);
   dataTable(s, "Roofline points", [["device and setup", (r) => r.setup], ["model", (r) => r.model], ["variant", (r) => r.variant],
     ["layer", (r) => r.layer], ["op", (r) => r.op], ["FLOP/byte", (r) => r.intensity], ["GFLOP/s", (r) => r.gflops],
-    ["bound GFLOP/s", (r) => r.bound_gflops], ["measured", (r) => (r.measured ? "yes" : "no: bound")]], flat);
+    ["bound GFLOP/s", (r) => r.bound_gflops], ["from", (r) => (r.basis === "modelled" ? "modelled Pi ms" : r.measured ? "measured" : "bound only")]], flat);
 }
 
 function drawAccuracy(data, colorOf) {
   const s = section("accuracy", "Accuracy vs latency", "Top-1 accuracy on labelled images (edge-sdk eval), against the " +
-    "median latency per image of the same run; an emulated setup's latency is the emulator's, not a device's.");
+    "latency per image of the same run: measured on a device (circles), or for an emulated Pi its modelled Pi ms (diamonds: the " +
+    `Cortex-A53 timing model; an emulated run with only the ${LABELS.qemu_wall} is an open square). Each label names the model, variant, device and target.`);
   if (!data.accuracy.length) { note(s, "No accuracy measured yet: edge-sdk eval PKG --images DIR records it."); return; }
-  legend(s, data.variants.map((v) => ({ label: v.name, color: colorOf(v.name), shape: "dot" })));
-  scatterChart(s, data.accuracy, colorOf, { title: "Top-1 accuracy (%) against median latency (ms)" });
-  dataTable(s, "Accuracy and latency", RUN_COLS.concat([["median ms", (r) => r.median_ms],
-    ["top-1 accuracy %", (r) => 100 * r.accuracy], ["top-5 accuracy %", (r) => (r.top5 == null ? "" : 100 * r.top5)],
-    ["images", (r) => (r.images == null ? "" : r.images)], ["what the ms is", (r) => r.ms_is || ""]]), data.accuracy);
+  const bases = new Set(data.accuracy.map((r) => r.basis));
+  legend(s, data.variants.map((v) => ({ label: v.name, color: colorOf(v.name), shape: "dot" })).concat([
+    { label: "measured on the device", color: "#444", shape: "dot", basis: "measured" },
+    { label: "emulated Pi: modelled Pi ms", color: "#444", shape: "diamond", basis: "modelled" },
+    { label: `emulated, ${LABELS.qemu_wall}`, color: "#444", shape: "square", basis: "qemu-wall" }].filter((x) => bases.has(x.basis))));
+  scatterChart(s, data.accuracy, colorOf, { title: "Top-1 accuracy (%) against latency (ms: measured, or modelled Pi ms for an emulated Pi)" });
+  dataTable(s, "Accuracy and latency", RUN_COLS.concat([["ms", (r) => r.median_ms],
+    ["what the ms is", (r) => r.ms_is || ""], ["top-1 accuracy %", (r) => 100 * r.accuracy],
+    ["top-5 accuracy %", (r) => (r.top5 == null ? "" : 100 * r.top5)],
+    ["images", (r) => (r.images == null ? "" : r.images)]]), data.accuracy);
 }
 
 function setupToggle() {

@@ -6,7 +6,7 @@
 const SVG_NS = (() => { const d = document.createElement("div"); d.innerHTML = "<svg></svg>"; return d.firstChild.namespaceURI; })();
 
 const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#444444"];
-const KIND_COLOR = { conv: "#0072B2", glue: "#E69F00" };
+const KIND_COLOR = { conv: "#0072B2", glue: "#E69F00", outside: "#9A9A9A" };
 const LABEL_W = 250, RIGHT_PAD = 90, WIDTH = 900;
 
 function tickFmt(t) {
@@ -163,8 +163,8 @@ function stackedChart(parent, runs, opts) {
   const BAR = 22, GAP = 12, TOP = 10;
   const height = TOP + runs.length * (BAR + GAP) + 50;
   const svg = svgRoot(parent, height, opts.title);
-  const hi = Math.max(...runs.map((r) => r.conv_ms + r.glue_ms));
-  const x = linearScale(0, hi, LABEL_W, WIDTH - RIGHT_PAD - 60);
+  const hi = Math.max(...runs.map((r) => r.conv_ms + r.glue_ms + (r.outside_ms || 0)));
+  const x = linearScale(0, hi, LABEL_W, WIDTH - RIGHT_PAD - 110);
   xAxis(svg, x, TOP, height - 44, opts.xLabel);
   let y = TOP;
   for (const r of runs) {
@@ -174,7 +174,8 @@ function stackedChart(parent, runs, opts) {
       const seg = el("g", { class: "segment" }, svg);
       tag(seg, "layer", { run_id: r.run_id, model: r.model, variant: r.variant, device: r.device, layer: s.name,
         op: s.op, kind: s.kind, ms: s.ms, conv_ms: s.conv_ms, glue_ms: s.glue_ms, split: s.split });
-      const parts = s.split === "measured" ? [["conv", s.conv_ms], ["glue", s.glue_ms]] : [[s.kind, s.ms]];
+      const parts = s.kind === "outside" ? [["outside", s.ms]]
+        : s.split === "measured" || s.split === "modelled" ? [["conv", s.conv_ms], ["glue", s.glue_ms]] : [[s.kind, s.ms]];
       let u = t;
       for (const [kind, ms] of parts) {
         if (ms <= 0 && parts.length > 1) continue;
@@ -182,14 +183,15 @@ function stackedChart(parent, runs, opts) {
           class: "mark", "data-part": kind }, seg);
         u += ms;
       }
-      el("title", {}, seg, s.split === "measured"
-        ? `${s.name} (${s.op || "?"}): ${fmt(s.ms)} ms, measured conv ${fmt(s.conv_ms)} ms + glue ${fmt(s.glue_ms)} ms`
-        : `${s.name} (${s.op || "?"}, ${s.kind}): ${fmt(s.ms)} ms`);
+      el("title", {}, seg, s.kind === "outside" ? `${s.name}: ${fmt(s.ms)} ${s.ms_is || "ms"}, outside the layers`
+        : s.split === "measured" || s.split === "modelled"
+          ? `${s.name} (${s.op || "?"}): ${fmt(s.ms)} ${s.ms_is || "ms"}, ${s.split} conv ${fmt(s.conv_ms)} + glue ${fmt(s.glue_ms)}`
+          : `${s.name} (${s.op || "?"}, ${s.kind}): ${fmt(s.ms)} ms`);
       t += s.ms;
     }
-    const total = r.conv_ms + r.glue_ms;
-    el("text", { x: x(t) + 6, y: y + BAR - 6, class: "value" }, svg,
-      `${fmt(total)} ms, glue ${Math.round(100 * r.glue_ms / (total || 1))}%`);
+    const layersMs = r.conv_ms + r.glue_ms, out = r.outside_ms || 0;
+    el("text", { x: x(t) + 6, y: y + BAR - 6, class: "value" }, svg, `${fmt(layersMs + out)} ms${r.modelled ? " modelled" : ""}, ` +
+      `glue ${Math.round(100 * r.glue_ms / (layersMs || 1))}% of the layers` + (out ? `, ${Math.round(100 * out / (layersMs + out))}% outside` : ""));
     y += BAR + GAP;
   }
   return svg;
@@ -219,31 +221,81 @@ function rooflineChart(parent, panel, colorOf, opts) {
     const dot = el("circle", { cx: x(p.intensity), cy: y(p.gflops), r: 5, class: "mark point",
       fill: p.measured ? c : "white", stroke: c, "stroke-width": 2 }, svg);
     tag(dot, "roofline", { run_id: p.run_id, model: p.model, variant: p.variant, device: p.device,
-      target: p.target, layer: p.layer, kind: p.kind, intensity: p.intensity, gflops: p.gflops, measured: p.measured });
+      target: p.target, layer: p.layer, kind: p.kind, intensity: p.intensity, gflops: p.gflops, measured: p.measured,
+      basis: p.basis });
     el("title", {}, dot, `${p.model} ${p.variant} ${p.layer} (${p.op}): ${fmt(p.intensity)} FLOP/B, ` +
-      (p.measured ? `attained ${fmt(p.gflops)} GFLOP/s` : `bound ${fmt(p.gflops)} GFLOP/s (no per-layer time)`));
+      (p.basis === "modelled" ? `attained ${fmt(p.gflops)} GFLOP/s at its modelled Pi ms`
+        : p.measured ? `attained ${fmt(p.gflops)} GFLOP/s` : `bound ${fmt(p.gflops)} GFLOP/s (no per-layer time)`));
   }
   return svg;
 }
 
-// Scatter: x = median latency (ms), y = accuracy (%).
+// Scatter: x = latency (ms: measured on a device, modelled Pi ms for an emulated Pi), y = accuracy (%).
+// A point's shape says where its ms come from (circle: measured on the device; diamond: the emulated Pi's
+// modelled Pi ms; square: an emulated run with only the emulator's wall time); its label names the model,
+// variant, device and target, placed where it overlaps no other label and no point (placeLabels).
 function scatterChart(parent, points, colorOf, opts) {
-  const height = 360, L = 80, R = WIDTH - 150, T = 20, B = height - 60;
+  const height = 400, L = 80, R = WIDTH - 230, T = 20, B = height - 60;
   const svg = svgRoot(parent, height, opts.title);
   const ms = points.map((p) => p.median_ms), acc = points.map((p) => 100 * p.accuracy);
   const logx = Math.max(...ms) / Math.min(...ms) > 20;
   const x = logx ? logScale(Math.min(...ms) / 1.5, Math.max(...ms) * 1.5, L, R) : linearScale(0, Math.max(...ms) * 1.1, L, R);
   const y = linearScale(Math.max(0, Math.min(...acc) - 5), Math.min(100, Math.max(...acc) + 5), B, T);
-  xAxis(svg, x, T, B, "median latency (ms" + (logx ? ", log scale)" : ")"));
+  xAxis(svg, x, T, B, "latency (ms" + (logx ? ", log scale" : "") + "): measured on the device, or modelled Pi ms for an emulated Pi");
   yAxis(svg, y, L, R, "top-1 accuracy (%)");
+  const marks = [];
   for (const p of points) {
-    const dot = el("circle", { cx: x(p.median_ms), cy: y(100 * p.accuracy), r: 6, fill: colorOf(p.variant), class: "mark point" }, svg);
-    tag(dot, "accuracy", { run_id: p.run_id, model: p.model, variant: p.variant, device: p.device,
-      median_ms: p.median_ms, accuracy: p.accuracy });
-    el("title", {}, dot, `${p.model} ${p.variant} on ${p.setup}: ${fmt(p.median_ms)} ms, ${fmt(100 * p.accuracy)}%`);
-    el("text", { x: x(p.median_ms) + 9, y: y(100 * p.accuracy) + 4, class: "tick" }, svg, `${p.model} ${p.variant}`);
+    const cx = x(p.median_ms), cy = y(100 * p.accuracy), c = colorOf(p.variant);
+    const dot = p.basis === "modelled" ? el("path", { d: `M${cx} ${cy - 8}L${cx + 8} ${cy}L${cx} ${cy + 8}L${cx - 8} ${cy}Z`, fill: c })
+      : p.basis === "qemu-wall" ? el("rect", { x: cx - 6, y: cy - 6, width: 12, height: 12, fill: "white", stroke: c, "stroke-width": 2 })
+        : el("circle", { cx, cy, r: 6, fill: c });
+    dot.setAttribute("class", "mark point");
+    svg.appendChild(dot);
+    tag(dot, "accuracy", { run_id: p.run_id, model: p.model, variant: p.variant, device: p.device, target: p.target,
+      median_ms: p.median_ms, accuracy: p.accuracy, basis: p.basis });
+    el("title", {}, dot, `${p.model} ${p.variant} on ${p.setup}: ${fmt(p.median_ms)} ${p.ms_is === "measured" ? "ms measured" : p.ms_is}, ` +
+      `${fmt(100 * p.accuracy)}%`);
+    marks.push({ x: cx, y: cy, text: `${p.model} ${p.variant} · ${p.device} (${p.target})`, run_id: p.run_id });
   }
+  placeLabels(svg, marks, { L, R: WIDTH - 8, T: 4, B: B - 2 });
   return svg;
+}
+
+function overlaps(a, b) {
+  return a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
+}
+
+// Labels beside their points, none over another label or any point: each label takes the first spot,
+// nearest first (right, left, above, below, the diagonals, then farther rings), whose box is free and
+// inside the plot; a label moved off its point gets a thin leader line back to it.
+function placeLabels(svg, marks, box) {
+  const taken = marks.map((m) => ({ x: m.x - 9, y: m.y - 9, width: 18, height: 18 }));
+  for (const m of marks) {
+    const t = el("text", { x: m.x, y: m.y, class: "tick point-label" }, svg, m.text);
+    t.setAttribute("data-label-for", String(m.run_id));
+    const b = t.getBBox(), w = b.width + 2, hh = b.height, offX = b.x - m.x, offY = b.y - m.y;
+    let spot = null;
+    for (let ring = 0; ring < 14 && !spot; ring++) {
+      const d = 11 + ring * (hh + 2);
+      for (const [dx, dy] of [[1, 0], [-1, 0], [0, -1], [0, 1], [1, -1], [-1, -1], [1, 1], [-1, 1]]) {
+        const bx = dx > 0 ? m.x + d * (dy ? 0.7 : 1) : dx < 0 ? m.x - d * (dy ? 0.7 : 1) - w : m.x - w / 2;
+        const by = m.y + dy * d - hh / 2;
+        const cand = { x: bx, y: by, width: w, height: hh };
+        if (bx < box.L || bx + w > box.R || by < box.T || by + hh > box.B) continue;
+        if (taken.some((o) => overlaps(o, cand))) continue;
+        spot = cand;
+        break;
+      }
+    }
+    if (!spot) spot = { x: m.x + 11, y: m.y - hh / 2, width: w, height: hh };  // no free spot: beside its point
+    t.setAttribute("x", String(spot.x - offX));
+    t.setAttribute("y", String(spot.y - offY));
+    taken.push(spot);
+    const near = { x: Math.max(spot.x, Math.min(m.x, spot.x + w)), y: Math.max(spot.y, Math.min(m.y, spot.y + hh)) };
+    if (Math.hypot(near.x - m.x, near.y - m.y) > 14) {
+      el("line", { x1: m.x, y1: m.y, x2: near.x, y2: near.y, class: "leader" }, svg);
+    }
+  }
 }
 
 // The same data as a real table, for screen readers (and for anyone, with "Show data tables").
