@@ -144,12 +144,15 @@ def host_target() -> Target:
     import tvm
 
     arch = platform.machine()
-    cpu = tvm.target.codegen.llvm_get_system_cpu()
+    # EDGE_SDK_HOST_CPU=znver3: compile the host row for an older CPU of this machine's kind (e.g. the AVX2-only
+    # code a Zen 3 gets, measured on an AVX-512 machine); the kernels follow the target's features, not cpuinfo's
+    forced = os.environ.get("EDGE_SDK_HOST_CPU", "").strip()
+    cpu = forced or tvm.target.codegen.llvm_get_system_cpu()
     triple = "aarch64-linux-gnu" if arch == "aarch64" else "x86_64-linux-gnu"
     model, cores, ghz, per_cycle = _host_cpu_facts()
     return Target(
         name="host",
-        description=f"this machine: {model}",
+        description=f"this machine: {model}" + (f", code for -mcpu={cpu} (EDGE_SDK_HOST_CPU)" if forced else ""),
         arch=arch,
         llvm={"kind": "llvm", "mtriple": triple, "mcpu": cpu, "num-cores": cores},
         cross_cc=None,

@@ -154,3 +154,25 @@ def test_conv_kernel_step_per_x86_kind(tmp_path, mcpu):
     for text in lacks:
         assert text not in asm, f"{mcpu}: {text} in a kernel for this CPU"
     assert "vpbroadcastd" in asm and "vpmuldq" in asm  # the activation broadcast; the requantize's 32x32->64
+
+
+def test_host_cpu_override_compiles_the_avx2_kernels(monkeypatch):
+    """EDGE_SDK_HOST_CPU=znver3 on any x86 host: the host row's code is the AVX2 kind's (no VNNI, uint8 words)."""
+    import platform
+
+    from edge_sdk.compiler.bitserial.x86_popcnt import schedule_arch
+    from edge_sdk.compiler.ops.common import simd_of
+    from edge_sdk.targets import get_target, host_target
+
+    if platform.machine() != "x86_64":
+        pytest.skip("an x86 host")
+    monkeypatch.setenv("EDGE_SDK_HOST_CPU", "znver3")
+    host_target.cache_clear()
+    try:
+        t = get_target("host")
+        assert t.llvm["mcpu"] == "znver3" and "EDGE_SDK_HOST_CPU" in t.description
+        assert simd_of(t.tvm_target()).vnni == 0 and schedule_arch(t) == "x86_64"
+    finally:
+        monkeypatch.delenv("EDGE_SDK_HOST_CPU")
+        host_target.cache_clear()
+    assert get_target("host").llvm["mcpu"] != "znver3" or "EDGE_SDK_HOST_CPU" not in get_target("host").description
