@@ -23,9 +23,7 @@ def _gemm8_schedules(workload: dict) -> list[str]:
     from edge_sdk.compiler.int8.gemm_int8_smull_neon import GEMM8_SCHEDULES
 
     one_by_one = workload["w"][:2] == [1, 1]
-    blocks = int(np.prod(workload["w"][:3])) > 16  # the assembly step wants more than one 16-byte block
-    return [s for s in GEMM8_SCHEDULES
-            if (one_by_one or not s.endswith("/notmp")) and (blocks or not s.endswith("/ldr64"))]
+    return [s for s in GEMM8_SCHEDULES if one_by_one or not s.endswith("/notmp")]
 
 
 def np_conv_int8(x: np.ndarray, w_hwio: np.ndarray, bias, rq, geom) -> np.ndarray:

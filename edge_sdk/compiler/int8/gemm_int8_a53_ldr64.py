@@ -28,7 +28,7 @@ _W = ((0, 1, 2, 3), (4, 5, 6, 7))    # weight sets by step parity
 _A = (8, 9, 10, 11)                  # pixel rows
 _T = (12, 13, 14, 15)                # int16 temporaries
 _GPR = ("x9", "x10", "x11", "x12")
-_HEAD = 18                           # slots before the loop: step 0 (saddlp) and its last two accumulates
+_HEAD = 20                           # slots before the loop: step 0 (saddlp) and its last four accumulates
 
 
 def _acc(p: int) -> int:
@@ -36,35 +36,35 @@ def _acc(p: int) -> int:
 
 
 def _qops(s: int, nq: int) -> list[str]:
-    """The NEON ops of slot s: pair s's smull, pair s-1's smlal2, pair s-2's accumulate (nq pairs in all)."""
+    """The NEON ops of slot s (nq pairs in all): pair s-4's accumulate, pair s-2's smlal2, pair s's smull.
+    Two slots (~7 cycles) between a pair's ops: GCC's neon_mul latency is 4, LLVM's A53 model says 6; the
+    accumulate first, so smull s may take the temporary it frees."""
     out = []
-    for p, kind in ((s, "smull"), (s - 1, "smlal2"), (s - 2, "acc")):
+    for p, kind in ((s - 4, "acc"), (s - 2, "smlal2"), (s, "smull")):
         if not 0 <= p < nq:
             continue
-        i, j, w = p % 16 // 4, p % 4, _W[p // 16 % 2][p % 4]
-        t = f"v{_T[p % 4]}"
+        i, w, t = p % 16 // 4, _W[p // 16 % 2][p % 4], f"v{_T[p % 4]}"
         if kind == "smull":
             out.append(f"smull {t}.8h, v{_A[i]}.8b, v{w}.8b")
         elif kind == "smlal2":
             out.append(f"smlal2 {t}.8h, v{_A[i]}.16b, v{w}.16b")
         else:
             out.append(f"{'saddlp' if p < 16 else 'sadalp'} v{_acc(p)}.4s, {t}.8h")
-    assert j >= 0
     return out
 
 
 def _loads(nb: int) -> dict[int, tuple[int, str, int]]:
     """slot -> (vector register, pointer operand, byte offset from the start) of the loads of steps 1..nb-1:
-    step k's weights in slots 16(k-1)+2..5, its rows 0-2 in 16(k-1)+6, 9, 13 (after their last use in
-    step k-1), row 3 in 16k+1."""
+    step k's weights in slots 16(k-1)+3..6 (their set's last use, step k-2's smlal2, is at 16(k-1)+1),
+    its rows 0-2 in 16(k-1)+7, 10, 14 and row 3 in 16k+2, each the slot after its last smlal2 in step k-1."""
     out = {}
     for k in range(1, nb):
         s0 = 16 * (k - 1)
         for j in range(4):
-            out[s0 + 2 + j] = (_W[k % 2][j], "$1", k * 64 + j * 16)
-        for i, o in enumerate((6, 9, 13)):
+            out[s0 + 3 + j] = (_W[k % 2][j], "$1", k * 64 + j * 16)
+        for i, o in enumerate((7, 10, 14)):
             out[s0 + o] = (_A[i], "$0", k * 64 + i * 16)
-        out[16 * k + 1] = (_A[3], "$0", k * 64 + 48)
+        out[16 * k + 2] = (_A[3], "$0", k * 64 + 48)
     return out
 
 
@@ -86,10 +86,10 @@ def kernel_lines(nb: int) -> list[str]:
     nq, loads = 16 * nb, _loads(nb)
     order = sorted(loads) or [-1]
     seq = {s: n for n, s in enumerate(order)}
-    n_loop = (nb - 2) // 2 if nb >= 4 else 0
+    n_loop = _loop_count(nb, loads)
     lines = ["ldp q0, q1, [$1]", "ldp q8, q9, [$0]", "ldp q2, q3, [$1, #32]", "ldp q10, q11, [$0, #32]"]
     pending: list[str] = []
-    end = nq + 2
+    end = nq + 4
     head_end = _HEAD if n_loop else end
     for s in range(head_end):
         out, pending = _slot(s, nq, loads.get(s), seq.get(s, 0), 0, pending, order[-1])
@@ -109,6 +109,15 @@ def kernel_lines(nb: int) -> list[str]:
             lines += out
     lines += pending
     return lines + _reduce_store()
+
+
+def _loop_count(nb: int, loads: dict) -> int:
+    """Iterations of the two-step loop body: each must hold all 16 loads of its period (its steps' next
+    operands, none past the last step) and end before the last slot."""
+    n = 0
+    while _HEAD + 32 * (n + 1) <= 16 * nb + 4 and sum(s in loads for s in range(_HEAD + 32 * n, _HEAD + 32 * (n + 1))) == 16:
+        n += 1
+    return n
 
 
 def _reduce_store() -> list[str]:
@@ -160,6 +169,20 @@ def intrin(nb: int) -> str:
                     C[vi, vj] = C[vi, vj] + T.Cast("int32", A[vb, vi, vt]) * T.Cast("int32", W[vb, vj, vt])
 
     @T.prim_func(s_tir=True)
+    def desc1(a: T.handle, w: T.handle, c: T.handle) -> None:  # one block: the schedule has no block loop
+        sc = T.int32()
+        A = T.match_buffer(a, (1, 4, 16), "int8", offset_factor=1, strides=[64, 16, 1])
+        W = T.match_buffer(w, (1, 4, 16), "int8", offset_factor=1, strides=[64, 16, 1])
+        C = T.match_buffer(c, (4, 4), "int32", offset_factor=1, strides=[sc, 1])
+        with T.sblock("root"):
+            T.reads(C[0:4, 0:4], A[0, 0:4, 0:16], W[0, 0:4, 0:16])
+            T.writes(C[0:4, 0:4])
+            for i, j, t in T.grid(4, 4, 16):
+                with T.sblock("update"):
+                    vi, vj, vt = T.axis.remap("SSR", [i, j, t])
+                    C[vi, vj] = C[vi, vj] + T.Cast("int32", A[0, vi, vt]) * T.Cast("int32", W[0, vj, vt])
+
+    @T.prim_func(s_tir=True)
     def impl(a: T.handle, w: T.handle, c: T.handle) -> None:
         sc = T.int32()
         A = T.match_buffer(a, (nb, 4, 16), "int8", offset_factor=1, strides=[64, 16, 1])
@@ -170,5 +193,5 @@ def intrin(nb: int) -> str:
             T.writes(C[0:4, 0:4])
             T.evaluate(T.call_extern("int32", name, C.access_ptr("rw"), A.access_ptr("r"), W.access_ptr("r"), sc))
 
-    TensorIntrin.register(name, desc, impl)
+    TensorIntrin.register(name, desc1 if nb == 1 else desc, impl)
     return name

@@ -20,7 +20,9 @@ padded to 16 instead. Weights are packed once at compile time the same way, int8
 byte a weight). The 16-deep step is a tensor intrinsic (its body calls llvm.aarch64.neon.smull /
 saddlp; LLVM fuses the adds into smlal2 / sadalp), one reduction loop over all blocks, 4 steps
 unrolled; the epilogue sums each accumulator's 4 lanes (addp, a second intrinsic, so the accumulators
-stay whole q registers), adds the folded bias and runs gemm's 32-bit requantize.
+stay whole q registers), adds the folded bias and runs gemm's 32-bit requantize. By default on NEON the
+whole reduction of a tile is instead one call of gemm_int8_a53_ldr64's assembly tile (the same step with
+ncnn's A53 operand loads, lane sums included; step "ldr64"); the LLVM steps stay compile/choice candidates.
 """
 from __future__ import annotations
 
@@ -185,7 +187,7 @@ def _a8(x, kdims, geom: ConvGeom, in_zp: int):
 
 # compile/choice candidates ("int8.gemm8"): "<order>/<step>", order the outer tile loop, step the 4x4x16 step
 # ("tmp": SMULL_4x4, "notmp": smull_step_variants', "ldr64": gemm_int8_a53_ldr64's assembly tile over all
-# blocks); "default" is the rule (npad > m: weights outer) + tmp.
+# blocks); "default" is the rule (npad > m: weights outer) + ldr64 (tmp for a single block).
 GEMM8_SCHEDULES = tuple(f"{o}/{s}" for o in ("rows_outer", "weights_outer") for s in ("tmp", "notmp", "ldr64"))
 
 
@@ -216,7 +218,9 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, pa
     wt = te.placeholder(wp.shape, "int8", name="w")
     bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
     order, _, step = schedule.partition("/")
-    asm = step == a53.SCHEDULE_STEP and nb > 1
+    # the assembly tile by default from 2 blocks on: at one block its fixed cost a tile (operand and C round
+    # trips, ~60 cycles) outweighs the step (112x112x16 -> 96, modelled pi3: 15.79 vs 14.50 M cycles)
+    asm = step == a53.SCHEDULE_STEP or (schedule == "default" and nb >= 2)
     acc = (_acc_sums if asm else _acc_lanes)(a8, wt, nb, mp, npad)
     biased = te.compute((mp, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
     lo, hi = rq.act
@@ -315,8 +319,11 @@ def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int, wei
 def _tensorize_asm(sch, cb, red_b: int, outer_loop) -> None:
     """The accumulator block's (4 pixels, 4 channels, NB, 16) nest as one call of the assembly tile
     (gemm_int8_a53_ldr64, all NB blocks), its zeroing vectorized; the tile's IR linked at `outer_loop`."""
-    ci_, cj, rb, rt = sch.get_loops(cb)[2:]
-    sch.reorder(rb, ci_, cj, rt)
+    loops = sch.get_loops(cb)[2:]  # mi, ni, (rb: dropped when one block), rt
+    rb = loops[0]
+    if red_b > 1:
+        ci_, cj, rb, rt = loops
+        sch.reorder(rb, ci_, cj, rt)
     sch.decompose_reduction(cb, rb)
     sch.vectorize(sch.get_loops(sch.get_sblock("acc_init"))[-1])
     sch.tensorize(rb, a53.intrin(red_b))
