@@ -98,7 +98,7 @@ def lower_float(model: Model, variant: Variant, target: Target, *, progress, see
     sites: list = []
     tuned: list = []
     ex, params = compile_relax(model.mod, target, progress=progress, kernel_sites=sites, tuning=tuning,
-                               tuned=tuned)
+                               tuned=tuned, half_weights=bool(model.options.get("float16_weights")))
     from edge_sdk.compiler.kernel_map import assign_kernels
 
     info = {"enabled": tuning is not None, "roots": [str(r) for r in tuning.roots] if tuning else [],

@@ -29,6 +29,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from edge_sdk.compiler.half_weights import HALF_PREFIX, store_half
 from edge_sdk.compiler.ops.weight_transform import TRANSFORM_PREFIX
 from edge_sdk.errors import CompileError
 
@@ -134,7 +135,10 @@ class _ConstLifter(PyExprMutator):
 
 def _is_transform(call) -> bool:
     return (getattr(call.op, "name", None) == "relax.call_tir"
-            and call.args[0].name_hint.startswith(TRANSFORM_PREFIX))
+            and call.args[0].name_hint.startswith(_LOAD_TRANSFORMS))
+
+
+_LOAD_TRANSFORMS = (TRANSFORM_PREFIX, HALF_PREFIX)  # PrimFuncs the runtime runs once at load
 
 
 def lift_params(mod: tvm.IRModule, *, only_transforms: bool = False) -> tuple[tvm.IRModule, dict[str, np.ndarray]]:
@@ -195,7 +199,7 @@ def unscheduled_heavy_ops(mod: tvm.IRModule) -> list[str]:
 
 
 def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: list | None = None,
-                  tuning=None, tuned: list | None = None, chooser=None):
+                  tuning=None, tuned: list | None = None, chooser=None, half_weights: bool = False):
     """Compile a float Relax model with our kernels.
 
     mod: "main" takes one NHWC float32 input, weights bound as constants. target: an
@@ -205,7 +209,7 @@ def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: lis
     for the manifest's per-layer "kernels". `tuning`: a tune.store.RecordSet whose matching
     records replace our schedules (None: ours everywhere); `tuned`, when given, receives one entry
     per kernel that runs a tuned schedule (apply_tuning). `chooser`: compile/choice's Chooser (None:
-    choice.active(): the compile's, or every kernel's own rule).
+    choice.active(): the compile's, or every kernel's own rule). `half_weights`: exact float16 params as float16.
     """
     say = progress or (lambda _msg: None)
     tvm_target = target.tvm_target()
@@ -237,10 +241,11 @@ def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: lis
             ])(mod)
             mod, params = lift_params(mod)
             params = {**stored, **params}
+            mod, params = store_half(mod, params) if half_weights else (mod, params)  # cast at load
         if kernel_sites is not None:
             from edge_sdk.compiler.kernel_map import call_sites
 
-            kernel_sites.extend(s for s in call_sites(mod, emitted) if not s["name"].startswith(TRANSFORM_PREFIX))
+            kernel_sites.extend(s for s in call_sites(mod, emitted) if not s["name"].startswith(_LOAD_TRANSFORMS))
         mod = split_load_transforms(mod)
         say(f"lifted {len(params)} parameters ({sum(a.nbytes for a in params.values()) / 1e6:.1f} MB)")
         from tvm.relax.backend.cpu_generic import pipeline as cpu

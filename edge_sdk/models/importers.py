@@ -102,10 +102,19 @@ def load_tflite(path: Path) -> Model:
         raise _unsupported(path, e) from e
     from edge_sdk.models.tflite_hybrid import hybrid_weights
 
-    hybrid = bool(hybrid_weights(tfl, sub))  # int8 weights, float activations: compiled as float (tflite_hybrid.py)
+    options = {"hybrid": True} if hybrid_weights(tfl, sub) else {}  # int8 weights, float activations
+    if _float16_weights(sub):  # stored float16 in the package too, cast at load (compiler/half_weights.py)
+        options["float16_weights"] = True
     return Model(name=model_name(path), mod=_bind_params(mod), input_name=in_name, input_shape=shape,
-                 input_dtype=in_dtype, preprocess=pre, source=str(path), options={"hybrid": True} if hybrid else {},
+                 input_dtype=in_dtype, preprocess=pre, source=str(path), options=options,
                  outputs=output_entries(specs) if len(specs) > 1 else None)
+
+
+def _float16_weights(sub) -> bool:
+    """The file stores constants as float16 (behind DEQUANTIZE)."""
+    from tflite.TensorType import TensorType
+
+    return any(sub.Tensors(i).Type() == TensorType.FLOAT16 for i in range(sub.TensorsLength()))
 
 
 def _signature_names(tfl) -> dict[int, str]:
