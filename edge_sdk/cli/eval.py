@@ -22,6 +22,8 @@ def add_eval_parser(sub) -> None:
     p.add_argument("--labels", type=Path, help="class labels, one per line (default: the package's labels)")
     p.add_argument("--limit", type=int, metavar="N", help="at most N images, taken round-robin over the classes")
     p.add_argument("--threads", type=int, default=1, help="runtime threads (default 1)")
+    p.add_argument("--output", metavar="NAME", help="a package with several outputs: the classifier output to rank "
+                   "(default: the first)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (top1 and top5 as fractions)")
     p.add_argument("--no-record", action="store_true", help="do not write the results store")
     add_db_option(p)
@@ -48,7 +50,7 @@ def drive_eval(args) -> int:
         where = Where("device", device=devices[0], known_hosts=known_hosts(args), threads=args.threads)
     out = console()
     results = evaluate(args.packages, images=args.images, labels=args.labels, limit=args.limit, where=where,
-                       progress=lambda msg: out.print(f"  [dim]eval:[/] {msg}", highlight=False))
+                       output=args.output, progress=lambda msg: out.print(f"  [dim]eval:[/] {msg}", highlight=False))
     if not args.no_record:
         from edge_sdk.results.store import default_db_path
 

@@ -71,6 +71,7 @@ class EvalResult:
     threads: int = 1
     manifest: dict = field(default_factory=dict, repr=False)
     sha256: str = ""
+    output: str | None = None  # the output ranked, of a package with several (None: its only one)
 
     @property
     def top1(self) -> float:
@@ -92,7 +93,8 @@ class EvalResult:
                 "top1_correct": self.top1_correct, "top5_correct": self.top5_correct, "per_class": self.per_class,
                 "latency_ms": self.latency(), "latency_kind": "emulated (qemu), not a Pi's" if self.emulated
                 else "measured", "threads": self.threads, "preprocess": self.preprocess,
-                "misclassified": self.misclassified[:50], "seconds": round(self.seconds, 2)}
+                "misclassified": self.misclassified[:50], "seconds": round(self.seconds, 2),
+                **({"output": self.output} if self.output else {})}
 
     def __str__(self) -> str:
         lat = "emulated (qemu) ms" if self.emulated else "ms"
@@ -132,8 +134,30 @@ def score(scores: np.ndarray, folder: ImageFolder, k: int) -> tuple[int, int, li
     return int(hit1.sum()), int(hitk.sum()), per_class, wrong
 
 
-def evaluate_package(package: Path, folder: ImageFolder, *, where: Where) -> EvalResult:
-    """Accuracy of one package on `folder` (its labels already resolved for this package's classes)."""
+def pick_output(manifest: dict, name: str | None) -> dict | None:
+    """The output eval ranks: the one `--output NAME` names, else the first, of a package with several (manifest
+    "outputs"); None for a single-output package."""
+    outputs = manifest.get("outputs") or []
+    if not outputs:
+        if name:
+            raise UsageError(f"--output {name}: the model has one output")
+        return None
+    pick = next((o for o in outputs if o["name"] == name), None) if name else outputs[0]
+    if pick is None:
+        raise UsageError(f"--output {name}: no such output (outputs: {', '.join(o['name'] for o in outputs)})")
+    return pick
+
+
+def classes_of(manifest: dict, output: str | None = None) -> int:
+    """How many classes the ranked output scores (its shape without the batch axis)."""
+    pick = pick_output(manifest, output)
+    shape = pick["shape"] if pick else manifest["output"]["shape"]
+    return int(np.prod(shape[1:])) if len(shape) > 1 else int(shape[0])
+
+
+def evaluate_package(package: Path, folder: ImageFolder, *, where: Where, output: str | None = None) -> EvalResult:
+    """Accuracy of one package on `folder` (its labels already resolved for this package's classes); a package
+    with several outputs is ranked on `output` (a name), else its first."""
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="edge-eval-") as tmp:
         pkg = open_package(Path(package), Path(tmp) / "pkg")
@@ -143,8 +167,10 @@ def evaluate_package(package: Path, folder: ImageFolder, *, where: Where) -> Eva
         if runner is None:
             raise UsageError(f"eval where '{where.kind}': expected local, host, qemu or device")
         scores, lat, label, device, emulated = runner(pkg, x, where, Path(tmp))
-    classes = int(np.prod(m["output"]["shape"][1:])) if len(m["output"]["shape"]) > 1 else int(m["output"]["shape"][0])
-    k = min(5, classes)
+    pick = pick_output(m, output)
+    if pick is not None:  # the flat vector of every output: that output's slice
+        scores = np.asarray(scores).reshape(len(scores), -1)[:, pick["offset"]:pick["offset"] + pick["size"]]
+    k = min(5, classes_of(m, output))
     top1, topk, per_class, wrong = score(scores, folder, k)
     from edge_sdk.package import sha256_file
 
@@ -153,7 +179,7 @@ def evaluate_package(package: Path, folder: ImageFolder, *, where: Where) -> Eva
                       top5_correct=topk, k=k, per_class=per_class, latencies_ms=[float(v) for v in lat],
                       dataset=str(folder.root), preprocess=m["input"]["preprocess"], misclassified=wrong,
                       seconds=time.monotonic() - t0, threads=where.threads, manifest=m,
-                      sha256=sha256_file(Path(package)))
+                      sha256=sha256_file(Path(package)), output=pick["name"] if pick else None)
 
 
 # ---- runners: (pkg, inputs, where, tmp) -> (scores (N, ...), latencies ms, where label, device name, emulated)

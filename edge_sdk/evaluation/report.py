@@ -10,20 +10,13 @@ from pathlib import Path
 
 from edge_sdk.errors import UsageError
 from edge_sdk.evaluation.dataset import read_labels, scan
-from edge_sdk.evaluation.engine import EvalResult, Where, evaluate_package
-
-
-def classes_of(manifest: dict) -> int:
-    shape = manifest["output"]["shape"]
-    n = 1
-    for d in shape[1:] if len(shape) > 1 else shape:
-        n *= int(d)
-    return n
+from edge_sdk.evaluation.engine import EvalResult, Where, classes_of, evaluate_package
 
 
 def evaluate(packages: list[Path], *, images: Path, labels: Path | None = None, limit: int | None = None,
-             where: Where, progress=None) -> list[EvalResult]:
-    """Each package's accuracy on the same images (class folders resolved per package: labels may differ)."""
+             where: Where, progress=None, output: str | None = None) -> list[EvalResult]:
+    """Each package's accuracy on the same images (class folders resolved per package: labels may differ);
+    `output`: the output to rank of packages with several (default: the first)."""
     from edge_sdk.package import read_manifest
 
     say = progress or (lambda _msg: None)
@@ -31,14 +24,14 @@ def evaluate(packages: list[Path], *, images: Path, labels: Path | None = None, 
     out = []
     for pkg in packages:
         m = read_manifest(Path(pkg))
-        classes = classes_of(m)
+        classes = classes_of(m, output)
         names = given or m.get("labels")
         if names is not None and len(names) != classes:
             src = labels if given else f"{pkg} manifest"
             raise UsageError(f"{src}: {len(names)} labels, but the model has {classes} classes")
         folder = scan(images, labels=names, classes=classes, limit=limit)
         say(f"{Path(pkg).name}: {folder}; running on {where.kind}")
-        out.append(evaluate_package(Path(pkg), folder, where=where))
+        out.append(evaluate_package(Path(pkg), folder, where=where, output=output))
         say(str(out[-1]))
     return out
 

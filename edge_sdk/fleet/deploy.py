@@ -41,6 +41,7 @@ from edge_sdk.fleet.runtime_install import TRUSTED_KEYS, LocalBundle, _check_bun
     prepare
 from edge_sdk.fleet.ssh import Connection
 from edge_sdk.package import MANIFEST, MEMBERS, open_package, sha256_file
+from edge_sdk.runtime.result import runner_segments
 
 # The device-side scripts live in device_scripts.py; these names stay importable from here (the
 # Ansible playbook in inventory.py and tune read them from deploy).
@@ -66,6 +67,7 @@ class LocalPackage:
     rtol: float
     atol: float
     members: dict = field(repr=False)  # member -> sha256
+    segments: tuple[str, ...] = ()  # edge-runner's per-output golden check (runtime/result.runner_segments)
 
     @classmethod
     def load(cls, path: str | Path) -> LocalPackage:
@@ -75,7 +77,7 @@ class LocalPackage:
         name = _SAFE.sub("_", f"{m['model']['name']}-{m['variant']}")
         return cls(path, sha256_file(path), path.stat().st_size, name, m["target"]["arch"], m["target"]["name"],
                    float(m["golden"]["rtol"]), float(m["golden"]["atol"]),
-                   {n: v["sha256"] for n, v in m["members"].items()})
+                   {n: v["sha256"] for n, v in m["members"].items()}, tuple(runner_segments(m)))
 
     def checklist(self) -> bytes:
         """sha256sum -c input for the extracted members."""
@@ -251,7 +253,8 @@ def check_golden_on_device(conn: Connection, install_dir: str, pkg: LocalPackage
     j = lambda name: posixpath.join(install_dir, name)  # noqa: E731
     r = conn.run([runner(runtime), "--lib", j("model.so"), "--params", j("params.bin"),
                   "--input", j("golden_input.npy"), "--expect", j("golden_output.npy"), "--rtol", repr(pkg.rtol),
-                  "--atol", repr(pkg.atol), "--warmup", "0", "--repeat", "1"], check=False, timeout=900)
+                  "--atol", repr(pkg.atol), *pkg.segments, "--warmup", "0", "--repeat", "1"], check=False,
+                 timeout=900)
     if r.exit_code != 0:
         raise DeviceError(f"device {conn.device}: golden check of {pkg.path.name} failed on the device "
                           f"(edge-runner exit {r.exit_code}): {r.stderr.strip()[-600:]}")

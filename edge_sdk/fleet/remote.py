@@ -85,7 +85,7 @@ def _run_installed(conn: Connection, pkg: LocalPackage, x: np.ndarray | None, ho
             argv += ["--input", posixpath.join(scratch, "in.npy")]
         else:
             argv += ["--input", j("golden_input.npy"), "--expect", j("golden_output.npy"),
-                     "--rtol", repr(pkg.rtol), "--atol", repr(pkg.atol)]
+                     "--rtol", repr(pkg.rtol), "--atol", repr(pkg.atol), *pkg.segments]
         r = conn.run(argv, check=False, timeout=how.timeout)
         if r.exit_code not in (0, 3):
             raise DeviceError(f"device {device}: edge-runner failed (exit {r.exit_code}): {r.stderr.strip()[-600:]}")
@@ -119,7 +119,16 @@ def _report(device: Device, package: Path, m: dict, raw: dict, golden: dict, arc
         "golden": {"ok": bool(golden["ok"]), "max_abs_err": golden["max_abs_err"]},
         "top_k": [{"class": c, "label": lbl, "score": s} for c, lbl, s in top_k(head_output(out, m), m.get("labels"), how.k)],
         "versions": {"tvm": raw["tvm_version"], "tvm_ffi": raw["tvm_ffi_version"]}, **prof,
+        **({"outputs": _outputs(m, golden)} if m.get("outputs") else {}),
     }
+
+
+def _outputs(m: dict, golden: dict) -> list[dict]:
+    """Per output of a several-output package: name, shape, and the device runner's golden check of its slice."""
+    segs = golden.get("segments") or [None] * len(m["outputs"])
+    return [{"name": o["name"], "shape": o["shape"], "dtype": o["dtype"],
+             **({"golden": {"ok": s["mismatches"] == 0, "max_abs_err": s["max_abs_err"], "atol": s["atol"]}}
+                if s else {})} for o, s in zip(m["outputs"], segs)]
 
 
 def rollback(device: Device, model: str, *, known_hosts=None,

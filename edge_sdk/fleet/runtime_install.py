@@ -25,6 +25,7 @@ from edge_sdk.fleet.disk_space import BLOCK, on_disk, room_for
 from edge_sdk.fleet.device_scripts import EXTRACT_RUNTIME_SH, LINK_RUNTIME_SH, PLACE_RUNTIME_SH, PREPARE_SH
 from edge_sdk.fleet.paths import CURRENT_RUNTIME, MODELS, REMOTE_ROOT, RUNTIME, runner
 from edge_sdk.package import sha256_file
+from edge_sdk.runtime.result import runner_segments
 
 TRUSTED_KEYS = posixpath.join(RUNTIME, "trusted-keys.json")  # what verify_package.py accepts on the device
 
@@ -198,14 +199,16 @@ def recheck_models(conn, runtime: str) -> list[str]:
         install = posixpath.join(MODELS, name, "current")
         raw = conn.read_text(posixpath.join(install, "manifest.json"))
         try:
-            golden = json.loads(raw)["golden"] if raw else None
+            manifest = json.loads(raw) if raw else None
+            golden = manifest["golden"]
             rtol, atol = float(golden["rtol"]), float(golden["atol"])
+            segments = runner_segments(manifest)
         except (ValueError, KeyError, TypeError):
             continue  # no readable manifest: nothing installed by this edge-sdk to re-check
         j = lambda n, at=install: posixpath.join(at, n)  # noqa: E731
         r = conn.run([runner(runtime), "--lib", j("model.so"), "--params", j("params.bin"), "--input",
                       j("golden_input.npy"), "--expect", j("golden_output.npy"), "--rtol", repr(rtol), "--atol",
-                      repr(atol), "--warmup", "0", "--repeat", "1"], check=False, timeout=900)
+                      repr(atol), *segments, "--warmup", "0", "--repeat", "1"], check=False, timeout=900)
         (checked if r.exit_code == 0 else failed).append(name)
     if failed:
         raise DeviceError(f"device {conn.device}: the new runtime {posixpath.basename(runtime)} fails the golden "

@@ -63,12 +63,10 @@ def concat_outputs(arrays: list[np.ndarray]) -> np.ndarray:
 
 def split(flat: np.ndarray, outputs: list[dict] | None) -> dict[str, np.ndarray]:
     """The package's output -> {name: array of the file's shape and dtype}; one entry "output" when the
-    manifest lists no outputs (a single-output package)."""
-    if not outputs:
-        return {"output": flat}
-    flat = np.asarray(flat).reshape(-1)
-    res = {}
-    for o in outputs:
-        part = flat[o["offset"]:o["offset"] + o["size"]].reshape(o["shape"])
-        res[o["name"]] = part.astype(o["dtype"]) if o["dtype"] != "float32" else part
-    return res
+    manifest lists no outputs (a single-output package). The device loader's split_outputs, which ships."""
+    from edge_sdk.runtime.device.loader import LoaderError, split_outputs
+
+    try:
+        return split_outputs(flat, outputs)
+    except LoaderError as e:
+        raise ModelError(str(e)) from e

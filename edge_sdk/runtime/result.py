@@ -138,10 +138,19 @@ def top_k(scores: np.ndarray, labels: list[str] | None, k: int = 5) -> list[tupl
     return [(int(i), labels[i] if labels and i < len(labels) else None, float(flat[i])) for i in idx]
 
 
+def runner_segments(manifest: dict) -> list[str]:
+    """edge-runner's per-output golden check: ["--segments", "N1:A1,N2:A2,..."] (each output's slice of the flat
+    tensor with its own atol) for a package with several outputs; [] for one output."""
+    parts = [o for o in manifest.get("outputs") or [] if "atol" in o]
+    if not parts:
+        return []
+    return ["--segments", ",".join(f"{int(o['size'])}:{float(o['atol'])!r}" for o in parts)]
+
+
 def golden_check(pkg: Package, out: np.ndarray) -> tuple[bool, float]:
     """(close, max abs error) against the golden output. Several outputs (manifest "outputs", one flat
     tensor): each output's slice with its own atol (its range's), so boxes in the hundreds do not loosen
-    the check of scores in [0, 1]; the device runner checks the flat tensor with the loosest."""
+    the check of scores in [0, 1]; the device runner does the same (runner_segments)."""
     want = pkg.golden_output
     g = pkg.manifest["golden"]
     if out.shape != want.shape:

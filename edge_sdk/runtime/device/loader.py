@@ -7,6 +7,7 @@ the device needs `numpy` and `apache-tvm-ffi` (the same version the bundle was b
     from edge_sdk_runtime.loader import load
     model = load("model.so", "params.bin")          # threads=K sets TVM_NUM_THREADS
     scores = model.run(frame)                       # numpy in, numpy out
+    named = split_outputs(scores, manifest["outputs"])  # several outputs: {name: array of its shape}
 
 This file imports nothing from edge_sdk and no compiler: it must run on its own.
 """
@@ -108,6 +109,23 @@ class Model:
                 raise LoaderError(f"{self.lib}: main returned {len(out)} outputs; expected one tensor")
             out = out[0]
         return np.array(np.from_dlpack(out), copy=True)
+
+
+def split_outputs(flat: np.ndarray, outputs: list[dict] | None) -> dict[str, np.ndarray]:
+    """A package's output -> {name: array of the file's shape and dtype}, by the manifest's "outputs" (a model
+    with several outputs returns them as one flat float32 vector: offset and size of each); {"output": flat}
+    when the manifest lists none (a single-output package)."""
+    if not outputs:
+        return {"output": flat}
+    flat = np.asarray(flat).reshape(-1)
+    total = sum(int(o["size"]) for o in outputs)
+    if flat.size != total:
+        raise LoaderError(f"the output has {flat.size} values, the manifest's outputs {total}")
+    res = {}
+    for o in outputs:
+        part = flat[int(o["offset"]):int(o["offset"]) + int(o["size"])].reshape([int(s) for s in o["shape"]])
+        res[o["name"]] = part.astype(o["dtype"]) if o["dtype"] != "float32" else part
+    return res
 
 
 def load(lib: str | os.PathLike, params: str | os.PathLike, *, runtime_lib: str | os.PathLike | None = None,

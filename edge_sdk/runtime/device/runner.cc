@@ -7,7 +7,7 @@
 //
 //   edge-runner --lib model.so --params params.bin --input in.npy [--output out.npy]
 //               [--warmup W] [--repeat N] [--min-time-ms T] [--threads K]
-//               [--expect golden_output.npy [--rtol R] [--atol A]] [--profile]
+//               [--expect golden_output.npy [--rtol R] [--atol A] [--segments N:A,...]] [--profile]
 //
 // At load, a VM with "infer_transform_params" (weights stored untransformed, see lower.py) gets
 // them transformed once, and "infer" runs each inference in place of main (load_ms includes it).
@@ -15,7 +15,10 @@
 // least N timed times and until T ms have been spent, and prints ONE JSON line on stdout.
 // With --expect, the output is compared with that .npy as numpy.allclose does
 // (|out - want| <= atol + rtol * |want|, NaN never close); the JSON gains a "golden" entry, and a
-// mismatch is reported on stderr with exit code 3. Deploy runs a package's golden check this way on
+// mismatch is reported on stderr with exit code 3. A model with several outputs returns them as one flat
+// tensor (compiler/models outputs.py): --segments N1:A1,N2:A2,... checks its consecutive slices of N1,
+// N2 ... values each with its own atol (the manifest's outputs[i].atol, relative to that output's range),
+// and the "golden" entry gains "segments": [{"mismatches", "max_abs_err"}, ...]. Deploy runs a package's golden check this way on
 // the device, which then needs no Python.
 // With --profile, N more runs follow with every VM call timed (runner_profile.h); the JSON gains
 // a "profile" entry. The plain latencies above are measured without the hook.
@@ -73,8 +76,14 @@ double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
+struct Segment {
+  size_t size;
+  double atol;
+};
+
 struct Options {
   std::string lib, params, input, output, expect;
+  std::vector<Segment> segments;  // --segments: per-output atol over consecutive slices of the flat output
   int warmup = 1, repeat = 10, threads = 1;
   bool profile = false;
   double min_time_ms = 0, rtol = 1e-5, atol = 1e-8;  // numpy.allclose defaults
@@ -96,6 +105,24 @@ int ParseInt(const std::string& flag, const std::string& v, int lo) {
   return static_cast<int>(x);
 }
 
+std::vector<Segment> ParseSegments(const std::string& flag, const std::string& v) {
+  std::vector<Segment> out;
+  std::stringstream items(v);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    size_t colon = item.find(':');
+    if (colon == std::string::npos) throw UsageError(flag + ": expected N:ATOL,N:ATOL,..., got '" + v + "'");
+    std::string n = item.substr(0, colon);
+    char* end = nullptr;
+    unsigned long long size = std::strtoull(n.c_str(), &end, 10);
+    if (n.empty() || *end != '\0' || size < 1 || n[0] == '-')
+      throw UsageError(flag + ": expected a slice size >= 1, got '" + n + "'");
+    out.push_back({static_cast<size_t>(size), ParseNonNegative(flag, item.substr(colon + 1))});
+  }
+  if (out.empty()) throw UsageError(flag + ": expected N:ATOL,N:ATOL,..., got '" + v + "'");
+  return out;
+}
+
 Options ParseArgs(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -104,7 +131,7 @@ Options ParseArgs(int argc, char** argv) {
       throw UsageError(
           "usage: edge-runner --lib model.so --params params.bin --input in.npy [--output out.npy]"
           " [--warmup W] [--repeat N] [--min-time-ms T] [--threads K]"
-          " [--expect golden.npy [--rtol R] [--atol A]] [--profile]");
+          " [--expect golden.npy [--rtol R] [--atol A] [--segments N:A,...]] [--profile]");
     if (a == "--profile") {
       o.profile = true;
       continue;
@@ -118,6 +145,7 @@ Options ParseArgs(int argc, char** argv) {
     else if (a == "--expect") o.expect = v;
     else if (a == "--rtol") o.rtol = ParseNonNegative(a, v);
     else if (a == "--atol") o.atol = ParseNonNegative(a, v);
+    else if (a == "--segments") o.segments = ParseSegments(a, v);
     else if (a == "--warmup") o.warmup = ParseInt(a, v, 0);
     else if (a == "--repeat") o.repeat = ParseInt(a, v, 1);
     else if (a == "--threads") o.threads = ParseInt(a, v, 1);
@@ -267,6 +295,7 @@ struct Golden {
   bool ok = true;
   double max_abs_err = 0;
   size_t mismatches = 0, count = 0;
+  std::vector<std::pair<size_t, double>> segments;  // (mismatches, max abs err) per --segments slice
 };
 
 Golden CompareGolden(const Options& o, const std::vector<int64_t>& shape, DLDataType dt, const char* data) {
@@ -279,11 +308,24 @@ Golden CompareGolden(const Options& o, const std::vector<int64_t>& shape, DLData
   for (int64_t d : shape) n *= static_cast<size_t>(d);
   g.count = n;
   std::vector<double> got = AsDoubles(data, dt, n), ref = AsDoubles(want.data.data(), want.dtype, n);
-  for (size_t i = 0; i < n; ++i) {
-    double err = std::fabs(got[i] - ref[i]);
-    bool close = err <= o.atol + o.rtol * std::fabs(ref[i]);  // false for NaN
-    if (!close) ++g.mismatches;
-    if (!(err <= g.max_abs_err)) g.max_abs_err = std::isnan(err) ? INFINITY : err;
+  std::vector<Segment> segs = o.segments.empty() ? std::vector<Segment>{{n, o.atol}} : o.segments;
+  size_t total = 0;
+  for (const Segment& s : segs) total += s.size;
+  if (total != n)
+    throw UsageError("--segments: the slices hold " + std::to_string(total) + " values, the output " +
+                     std::to_string(n));
+  size_t i = 0;
+  for (const Segment& s : segs) {
+    size_t bad = 0;
+    double worst = 0;
+    for (size_t end = i + s.size; i < end; ++i) {
+      double err = std::fabs(got[i] - ref[i]);
+      if (!(err <= s.atol + o.rtol * std::fabs(ref[i]))) ++bad;  // false for NaN
+      if (!(err <= worst)) worst = std::isnan(err) ? INFINITY : err;
+    }
+    g.mismatches += bad;
+    g.max_abs_err = std::max(g.max_abs_err, worst);
+    g.segments.emplace_back(bad, worst);
   }
   g.ok = g.mismatches == 0;
   return g;
@@ -412,7 +454,18 @@ int Run(const Options& o) {
     js << std::scientific << ", \"golden\": {\"ok\": " << (golden.ok ? "true" : "false") << ", \"max_abs_err\": ";
     if (std::isfinite(golden.max_abs_err)) js << golden.max_abs_err; else js << "null";
     js << ", \"mismatches\": " << golden.mismatches << ", \"count\": " << golden.count << ", \"rtol\": " << o.rtol
-       << ", \"atol\": " << o.atol << "}";
+       << ", \"atol\": " << o.atol;
+    if (!o.segments.empty()) {
+      js << ", \"segments\": [";
+      for (size_t k = 0; k < golden.segments.size(); ++k) {
+        js << (k ? ", " : "") << "{\"mismatches\": " << golden.segments[k].first << ", \"atol\": "
+           << o.segments[k].atol << ", \"max_abs_err\": ";
+        if (std::isfinite(golden.segments[k].second)) js << golden.segments[k].second; else js << "null";
+        js << "}";
+      }
+      js << "]";
+    }
+    js << "}";
   }
   if (!profile_json.empty()) js << ", \"profile\": " << profile_json;
   js << "}";
