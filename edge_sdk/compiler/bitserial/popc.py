@@ -24,11 +24,10 @@ bipolar keeps the per-term form in ops/bitserial.py, whose padded taps are skipp
 """
 from __future__ import annotations
 
+from edge_sdk.compiler.bitserial import popc_a53
+from edge_sdk.compiler.bitserial.bitpack import PACK_INTRIN, TILE_SCOPE, pack_intrin, pack_planes  # noqa: F401
 from edge_sdk.quant.bitserial import WORD_BITS
 
-PACK_INTRIN = "edge_bitserial_pack_{word}"
-# per-tile buffers: "local" ones were TVMBackendAllocWorkspace calls per tile (ResNet18 w1a2 pi3: ~11 M of
-TILE_SCOPE = "global"  # 226 M modelled cycles in WorkspacePool); "global" ones are stack allocas (ACC_SCOPE)
 
 
 def acc_dtype(*, word: str, taps: int, words: int) -> str:
@@ -103,61 +102,6 @@ def unipolar_conv(src, wgt, s):
     return te.compute((s.batch, oh, ow, s.filters), combine, name="conv")
 
 
-def pack_planes(q, *, bits: int, word: str):
-    """bitpack(q) for whole words, as two blocks the schedule vectorizes: `bits` (bit plane b of
-    every channel, one word-typed lane per channel, (.., bits, O)) and `pack` (per word and plane,
-    sum over k of bits << k, which `pack_intrin` turns into one vector shift and a horizontal add).
-    Why: the te.sum bitpack compiled to ~3.5 scalar instructions per output bit (shift, and, bfi),
-    ~10 M of ResNet18 w1a2's A53 instructions; the vector form is ~8 per word and plane."""
-    from tvm import te, tirx
-
-    wb = WORD_BITS[word]
-    *lead, o = (int(d) for d in q.shape)
-    plane = te.compute((*lead, bits, o), lambda *i: ((q[(*i[:-2], i[-1])].astype("int32") >> i[-2].astype("int32"))
-                                                     & tirx.const(1, "int32")).astype(word), name="bits")
-    k = te.reduce_axis((0, wb), name="k")
-    return te.compute((*lead, o // wb, bits),
-                      lambda *i: te.sum(plane[(*i[:-2], i[-1], i[-2] * wb + k)] << k.astype(word), axis=k),
-                      name="pack")
-
-
-def pack_intrin(word: str) -> str:
-    """Register (once) and name the tensor intrinsic: C[0] += sum_k A[k] << k, A a local word vector."""
-    from tvm.s_tir import TensorIntrin
-    from tvm.script import tirx as T
-
-    name = PACK_INTRIN.format(word=word)
-    if TensorIntrin.get(name, allow_missing=True) is not None:
-        return name
-    wb = WORD_BITS[word]
-
-    @T.prim_func(s_tir=True)
-    def desc(a: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (wb,), word, offset_factor=1, scope=TILE_SCOPE)
-        C = T.match_buffer(c, (1,), word, offset_factor=1)
-        with T.sblock("root"):
-            T.reads(C[0:1], A[0:wb])
-            T.writes(C[0:1])
-            for k in T.serial(0, wb):
-                with T.sblock("update"):
-                    vk = T.axis.remap("R", [k])
-                    C[0] = C[0] + (A[vk] << T.Cast(word, vk))
-
-    @T.prim_func(s_tir=True)
-    def impl(a: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (wb,), word, offset_factor=1, scope=TILE_SCOPE)
-        C = T.match_buffer(c, (1,), word, offset_factor=1)
-        with T.sblock("root"):
-            T.reads(C[0:1], A[0:wb])
-            T.writes(C[0:1])
-            C[0] = C[0] + T.call_llvm_pure_intrin(
-                word, "llvm.vector.reduce.add",
-                A.vload([0], f"{word}x{wb}") << T.Ramp(T.Cast(word, 0), T.Cast(word, 1), wb))
-
-    TensorIntrin.register(name, desc, impl)
-    return name
-
-
 # ---- schedules --------------------------------------------------------------------------------
 
 def named_loops(sch, blk, *, skip: int, extents: dict[str, int]) -> dict:
@@ -200,11 +144,14 @@ def _red(sch, name: str) -> dict[str, int]:
     return {k: int(iv.dom.extent) for k, iv in zip(("ry", "rx", "rc"), iters)}
 
 
-def _schedule_popc(sch, *, skip: int, xt: int, fext: int, lanes: int, vectorize: bool, chunks: bool,
+def _schedule_popc(sch, *, skip: int, xt: int, fext: int, lanes: int, vectorize: bool, form: str = "ld1r",
                    pt: int | None = None) -> None:
     """The register tile under `skip` loops: taps/words outside, then xt pixels x bit planes (unrolled)
     x output channels (vector lanes, split into unrolled groups of `lanes`) inside. pt=1 (of
-    a_bits > 1) takes the activation planes outside the reduction: one plane's tile at a time."""
+    a_bits > 1) takes the activation planes outside the reduction: one plane's tile at a time.
+    form: "ld1r" (LLVM's broadcast loads), "chunks" (_activation_chunks) or "asm" (aarch64: the whole reduction
+    as popc_a53's assembly kernel where one fits, else "ld1r")."""
+    chunks, asm = form == "chunks", form == "asm"
     popc = sch.get_sblock("popc")
     _, _, _, a_bits, w_bits, _ = _shape(sch, "popc")
     red_ext = _red(sch, "popc")
@@ -220,6 +167,9 @@ def _schedule_popc(sch, *, skip: int, xt: int, fext: int, lanes: int, vectorize:
             fi = lp["f"]
     outer = ([fo] if fo is not None else []) + ([lp["i"]] if split_planes else [])
     sch.reorder(*outer, *red, *inner, *([fi] if fi is not None else []))
+    if asm and red and fi is not None and popc_a53.tensorize_popc(
+            sch, popc, red[0], xt=xt, pt=1 if split_planes else a_bits, lanes=int(sch.get(fi).extent)):
+        return
     for loop in inner + ([fo] if fo is not None else []):
         sch.unroll(loop)
     if fi is not None and vectorize:
@@ -316,7 +266,8 @@ def _few_tasks(sch, *loops) -> bool:
     return math.prod(int(sch.get(lp).extent) for lp in loops) < PAR_MIN_TASKS
 
 
-def schedule_fused(sch, *, xt: int, lanes: int, chunks: bool = False, pt: int | None = None) -> None:
+def schedule_fused(sch, *, xt: int, lanes: int, chunks: bool = False, pt: int | None = None,
+                   asm: bool = False) -> None:
     """Per (row, pixel tile, group of output words): the popc tile over `lanes` channels (as many
     whole output words as fit), then per word the glue (combine + shift/offset/clip + residual,
     vectorized over the word's channels) and the bitpack; apop once per pixel tile. All tiles are
@@ -369,12 +320,14 @@ def schedule_fused(sch, *, xt: int, lanes: int, chunks: bool = False, pt: int | 
                 sch.unroll(lp)
         sch.decompose_reduction(pack, pk)
         sch.tensorize(pk, pack_intrin(str(sch.get(pack).writes[0].source.dtype)))
-    _schedule_popc(sch, skip=gskip - 1, xt=xt, fext=fext * group, lanes=lanes, vectorize=full, chunks=chunks, pt=pt)
+    _schedule_popc(sch, skip=gskip - 1, xt=xt, fext=fext * group, lanes=lanes, vectorize=full, pt=pt,
+                   form="asm" if asm else "chunks" if chunks else "ld1r")
     _schedule_apop(sch, skip=1, xt=xt)
     _schedule_pcnt(sch)
 
 
-def schedule_int32(sch, *, xt: int, lanes: int, chunks: bool = False, pt: int | None = None) -> None:
+def schedule_int32(sch, *, xt: int, lanes: int, chunks: bool = False, pt: int | None = None,
+                   asm: bool = False) -> None:
     """int32 accumulators out (the unfused graph, shortcut convs): [n*y parallel], x tile, lane group:
     popc tile, then combine vectorized into the output; apop once per pixel tile."""
     conv = sch.get_sblock("conv")
@@ -395,6 +348,7 @@ def schedule_int32(sch, *, xt: int, lanes: int, chunks: bool = False, pt: int | 
     sch.set_scope(apop, 0, TILE_SCOPE)
     sch.vectorize(fi)
     sch.unroll(xi)
-    _schedule_popc(sch, skip=1 if few else 2, xt=xt, fext=vec, lanes=lanes, vectorize=vec > 1, chunks=chunks, pt=pt)
+    _schedule_popc(sch, skip=1 if few else 2, xt=xt, fext=vec, lanes=lanes, vectorize=vec > 1, pt=pt,
+                   form="asm" if asm else "chunks" if chunks else "ld1r")
     _schedule_apop(sch, skip=1, xt=xt)
     _schedule_pcnt(sch)

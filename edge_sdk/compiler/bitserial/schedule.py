@@ -131,8 +131,8 @@ def schedule_conv2d(func, *, arch: str):
     tile = _model_tile(sch, cfg, ow=ow, o=o)
     if tile is not None:
         fused = popc.has_block(sch, "pack")
-        (popc.schedule_fused if fused else popc.schedule_int32)(
-            sch, xt=tile.xt, lanes=tile.lanes, chunks=False, pt=tile.pt)
+        (popc.schedule_fused if fused else popc.schedule_int32)(  # the assembly tile on aarch64 only
+            sch, xt=tile.xt, lanes=tile.lanes, chunks=False, pt=tile.pt, asm=arch == "aarch64")
     elif popc.has_block(sch, "popc"):  # unipolar: raw popcounts per bit-plane pair, combined late
         lanes = cfg.pop_bits // int(str(sch.get(sch.get_sblock("popc")).writes[0].source.dtype)[4:])
         xt = _divisor(ow, cfg.pop_xt)
