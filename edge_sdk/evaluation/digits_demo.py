@@ -111,6 +111,10 @@ def print_accuracy_table(rows: list[dict], console) -> None:
         t.add_row(r["device"], r["target"], r["variant"], str(r["images"]), f"{r['top1']:.2%}", f"{r['top5']:.2%}",
                   "-" if r["modelled_ms"] is None else f"{r['modelled_ms']:.2f}", f"{r['device_ms']:.2f}")
     console.print(t)
+    from edge_sdk.variants import get_variant
+
     console.print("modelled Pi 3 ms: the Cortex-A53 timing model (edge_sdk/timing) over one inference, as the "
                   "latency rows; not a measurement. device ms: the eval's time per image"
-                  + (" on the emulated Pi: QEMU wall time (emulator speed, not a Pi)" if emulated else ""))
+                  + (" on the emulated Pi: QEMU wall time (emulator speed, not a Pi)" if emulated else "")
+                  + f". w1a2: the zoo variant's net ({get_variant('w1a2').stem} stem, as in the latency rows; "
+                  "the float32 training stem is variant w1a2-float-stem)")
