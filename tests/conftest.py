@@ -12,9 +12,11 @@ import pytest
 
 DATA = Path(__file__).parent / "data"
 
-# compile's per-layer schedule choice on Pi targets (compile/choice) prices every candidate under qemu:
-# off for the suite's Pi compiles (whatever the shell says) unless a test asks (tests/test_choice.py: choose=True)
-os.environ["EDGE_SDK_CHOICE"] = "0"
+# compile's per-layer schedule choice on Pi targets (compile/choice): the suite compiles with what a user
+# gets by default, whatever the shell says: the shipped choice records (tune/records/choice), nothing priced
+# at compile time (a test that prices asks: tests/test_choice.py choose=True)
+os.environ.pop("EDGE_SDK_CHOICE", None)
+os.environ.pop("EDGE_SDK_CHOICE_RECORDS", None)
 
 # Fixtures that compile a model or start an emulated Pi: a test that uses one is slow whatever its own
 # body does, so it is marked here rather than in every file (the quick lane is `pytest -m "not slow"`).

@@ -25,8 +25,11 @@ def add_compile_parser(sub) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--choice", action="store_true", default=None, help="Pi targets: price every layer's candidate "
                    "schedules on the modelled A53 clock under qemu and keep the cheapest correct one (cached under "
-                   "$EDGE_SDK_CACHE/choice; see edge-sdk inspect). Default: $EDGE_SDK_CHOICE (off unless 1)")
-    g.add_argument("--no-choice", action="store_true", help="Pi targets: keep each kernel's rule (no per-layer choice)")
+                   "$EDGE_SDK_CACHE/choice; for workloads the shipped records lack). Default: the shipped choice "
+                   "records (edge_sdk/tune/records/choice), nothing priced; $EDGE_SDK_CHOICE=1 / 0 as --choice / "
+                   "--no-choice; see edge-sdk inspect")
+    g.add_argument("--no-choice", action="store_true", help="Pi targets: keep each kernel's rule (no per-layer "
+                   "choice, no records)")
     p.add_argument("--tuning-records", type=Path, action="append", default=[], metavar="DIR",
                    help="also apply the tuning records under DIR/<target>/ (searched before the user's "
                    f"~/.local/share/edge-sdk/tuning and the shipped ones; {'/'.join(TUNABLE_VARIANTS)} only; "

@@ -43,9 +43,7 @@ def drive_inspect(args) -> int:
     out.print(_layer_table(m))
     ch = m.get("choice") or {}
     if ch.get("enabled"):
-        text(f"schedule choice: {ch['workloads']} workloads on the {ch['target']} timing model ({ch['timing_model']}), "
-             f"{ch['priced']} candidates priced, {ch['cached']} cached, {ch['changed_layers']} layers off the rule, "
-             f"~{ch['saved_cycles_est'] / 1e6:.1f} M modelled cycles saved by the estimate (* cached)")
+        text(_choice_summary(ch))
     sizes = ", ".join(f"{n} {v['size'] / 1e6:.2f} MB" for n, v in m["members"].items())
     out.print(f"total {m['totals']['flops'] / 1e9:.3f} GFLOP; {m['params']['count']} parameter tensors "
               f"({m['params']['bytes'] / 1e6:.2f} MB); members: {sizes}")
@@ -72,12 +70,24 @@ def _layer_table(m: dict):
     return t
 
 
+def _choice_summary(ch: dict) -> str:
+    saved = f"~{ch['saved_cycles_est'] / 1e6:.1f} M modelled cycles saved by the estimate"
+    if ch.get("mode") == "records":
+        return (f"schedule choice from the shipped records ({', '.join(ch['records']) or 'none matched'}; timing model "
+                f"{ch['timing_model'] or '-'}): {ch['workloads']} workloads, {ch['from_records']} from a record (^), "
+                f"{ch['rule']} without one (rule), {ch['skipped']} records skipped, {ch['checked']} checked under qemu, "
+                f"{ch['changed_layers']} layers off the rule, {saved}; nothing priced")
+    return (f"schedule choice: {ch['workloads']} workloads on the {ch['target']} timing model ({ch['timing_model']}), "
+            f"{ch['priced']} candidates priced, {ch['cached']} cached, {ch['changed_layers']} layers off the rule, "
+            f"{saved} (* cached)")
+
+
 def _choice_cells(c: dict | None) -> list[str]:
     """schedule, its modelled cycles and the rule's (compile/choice), in M modelled A53 cycles."""
     if not c:
         return ["", "", ""]
     mc = lambda v: f"{v / 1e6:.2f}" if isinstance(v, (int, float)) else "-"  # noqa: E731
-    return [c["schedule"] + ("*" if c.get("cached") else ""),
+    return [c["schedule"] + ("*" if c.get("cached") else "") + ("^" if c.get("source") == "record" else ""),
             mc(c.get("modelled_cycles")), mc(c.get("default_cycles"))]
 
 

@@ -141,7 +141,8 @@ def compile_model(model: Model, *, variant: Variant, target: Target, out: Path,
     """Build one package. Float kernels take tuned schedules from matching tuning records unless
     `use_tuning` is False; `tuning_roots` are searched before the user's and the shipped records.
     `choose`: on a Pi target, pick each layer's schedule among its candidates by modelled A53 price
-    (compile/choice; None: $EDGE_SDK_CHOICE, off unless 1; use_tuning False turns it off too)."""
+    (compile/choice; True: every candidate priced under qemu, False: off, None: $EDGE_SDK_CHOICE, by default
+    the shipped choice records, nothing priced; use_tuning False turns it off too)."""
     say = progress or (lambda _msg: None)
     fcompile = target.compiler()  # fails early, naming the Debian package, if the cross compiler is missing
     if model.options.get("format") == "lce" and not variant.lce:

@@ -61,12 +61,19 @@ def _model_identity(model) -> dict:
 
 
 def choice_digest(variant, target, *, choose: bool | None = None) -> str | None:
-    """Whether compile's per-layer choice applies (compile/choice), with the timing model it prices by."""
+    """What of compile's per-layer choice (compile/choice) decides the package: the timing model it prices
+    by (priced), or the shipped records it applies (records, the default); None when neither applies."""
     from edge_sdk.compiler.build import CHOOSES
-    from edge_sdk.compiler.choice.chooser import applies, wanted
+    from edge_sdk.compiler.choice.chooser import applies, mode
 
-    if variant.family not in CHOOSES or not applies(target) or not wanted(choose):
+    m = mode(choose)
+    if variant.family not in CHOOSES or not applies(target) or m == "off":
         return None
+    if m == "records":
+        from edge_sdk.tune import choice_records
+
+        d = choice_records.digest(target)
+        return None if d is None else f"records:{d}"
     from edge_sdk.timing.package_figures import model_version
 
     return model_version()

@@ -8,6 +8,8 @@ candidate alone as an aarch64 library, runs it under qemu with the timing plugin
 modelled Cortex-A53 cycles (edge_sdk/timing), checks its output against the numpy reference of that
 workload (a wrong candidate is never kept), and keeps the cheapest. Results are cached
 (compile/choice/cache.py) by workload + candidates' code + timing-model version + SDK version.
+That pricing is `compile --choice`; by default compile applies the shipped choice records of the zoo
+models instead (tune/choice_records.py, made by tools/make_choice_records.py), pricing nothing.
 
 How a kernel offers an alternative schedule (three steps, no other file to touch):
 

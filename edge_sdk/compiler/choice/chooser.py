@@ -1,5 +1,10 @@
 """The compile's per-layer choice: for each distinct workload, the cheapest correct candidate by modelled price.
 
+Three modes (mode(): compile --choice / --no-choice / neither, or $EDGE_SDK_CHOICE):
+    records (the default)  RecordChooser: the shipped choice records (tune/choice_records.py), nothing priced
+    priced (--choice)      Chooser: every candidate priced under qemu (below), for workloads records lack
+    off (--no-choice)      no chooser: every kernel's rule
+
     chooser = Chooser(target, progress=say)         # a Pi target (one with an emulation CPU)
     lower.compile_relax(mod, target, chooser=chooser)   # each kernel's Site goes through chooser.choose
     chooser.report()                                # -> manifest "choice"; chooser.layers: per layer
@@ -30,6 +35,9 @@ class ChoiceWarning(UserWarning):
     """A cached or recorded choice that could not be used (it is skipped, the choice is made again)."""
 
 
+LAYER_KEYS = ("schedule", "modelled_cycles", "default_cycles", "candidates", "cached", "record", "record_skipped")
+
+
 def code_hashes(site: Site, names: list[str]) -> dict[str, str]:
     """{schedule: structural hash of its PrimFunc}; names that do not build get "error: ..."."""
     import tvm_ffi
@@ -50,16 +58,18 @@ class Chooser:
 
     enabled = True
 
-    def __init__(self, target, *, progress=None, use_cache: bool = True, price=None):
+    def __init__(self, target, *, progress=None, use_cache: bool = True, price=None, records=None):
         from edge_sdk.compiler.choice import standalone
 
         self.target = target
+        self.records = records  # a RecordChooser: its records first, pricing for the workloads they lack
         self.say = progress or (lambda _msg: None)
         self.use_cache = use_cache
         self.price = price or standalone.price
         self.layers: dict[str, dict] = {}  # layer name -> {"family", "schedule", "modelled_cycles", ...}
         self.decided: dict[str, dict] = {}  # site key -> decision (this compile)
-        self.stats = {"workloads": 0, "priced": 0, "cached": 0, "seconds": 0.0}
+        self.sites: dict[str, Site] = {}  # site key -> its first Site (tune/make_records reads the decisions)
+        self.stats = {"workloads": 0, "priced": 0, "cached": 0, "from_records": 0, "seconds": 0.0}
 
     def choose(self, site: Site) -> str:
         key = site.key()
@@ -68,13 +78,17 @@ class Chooser:
             self.decided[key] = self._decide(site)
             self.stats["workloads"] += 1
             self.stats["seconds"] += time.perf_counter() - t0
+        self.sites.setdefault(key, site)
         d = self.decided[key]
         if site.layer:
             self.layers[site.layer] = {"family": site.family, "workload": key, **{
-                k: d[k] for k in ("schedule", "modelled_cycles", "default_cycles", "candidates", "cached") if k in d}}
+                k: d[k] for k in LAYER_KEYS if k in d}, "source": d.get("source") or ("cached" if d.get("cached") else "priced")}
         return d["schedule"]
 
     def _decide(self, site: Site) -> dict:
+        if self.records is not None and (d := self.records.from_record(site))["source"] == "record":
+            self.stats["from_records"] += 1
+            return d
         names = site.candidates()
         hashes = code_hashes(site, names)
         built = {n: h for n, h in hashes.items() if not h.startswith("error")}
@@ -123,25 +137,144 @@ class Chooser:
         from edge_sdk.timing.package_figures import model_version
 
         moved = [v for v in self.layers.values() if v.get("default_cycles") and v.get("modelled_cycles")]
-        return {"enabled": True, "target": self.target.name, "timing_model": model_version(),
-                "workloads": self.stats["workloads"], "priced": self.stats["priced"], "cached": self.stats["cached"],
+        return {"enabled": True, "mode": "priced", "target": self.target.name, "timing_model": model_version(),
+                **{k: self.stats[k] for k in ("workloads", "priced", "cached", "from_records")},
                 "seconds": round(self.stats["seconds"], 1),
                 "changed_layers": sum(1 for v in self.layers.values() if v.get("schedule") != DEFAULT),
                 "saved_cycles_est": round(sum(v["default_cycles"] - v["modelled_cycles"] for v in moved))}
 
 
-ENV = "EDGE_SDK_CHOICE"  # "1" / "on": compile_model's default is the choice (else off: opt in per compile)
+def checked_under_qemu(site: Site, schedule: str, code: str, target, *, check, stats: dict, say) -> dict:
+    """{"ok", "max_error", "reason"} of `schedule` (code hash `code`) built alone and run once under plain
+    qemu against the numpy reference (standalone.check_plain), cached in the choice cache; say() before a run."""
+    ckey = choice_cache.key(site, {"plain_check": code, schedule: code}, target)
+    hit = choice_cache.load(ckey)
+    if hit is None:
+        say()
+        p = check(site, schedule, target)
+        stats["checked"] = stats.get("checked", 0) + 1
+        hit = {"schedule": schedule, "ok": p.ok, "max_error": p.max_error, "reason": p.reason}
+        if p.ok or "reference" in p.reason:  # a missing tool here is not remembered as a verdict
+            choice_cache.store(ckey, hit)
+    return hit
+
+
+class RecordChooser:
+    """compile's default on a Pi target: the shipped choice records (tune/choice_records.py), no pricing.
+
+    A layer whose workload has a record runs the recorded winner; one without keeps the rule's default.
+    A recorded winner is used only when it is still a candidate and still builds, and only as code that
+    was checked against numpy: when the winner's code is the one recorded (same structural hash), the
+    numpy check made when it was priced holds for it; when it differs (other int8 constants, or the kernel
+    was edited since), the layer is built alone and run once under plain qemu against its numpy reference
+    (cached like a choice). A record that fails any of these is skipped with a ChoiceWarning (rule's
+    schedule), never a failure."""
+
+    enabled = True
+
+    def __init__(self, target, *, progress=None, check=None):
+        from edge_sdk.compiler.choice import standalone
+
+        self.target = target
+        self.say = progress or (lambda _msg: None)
+        self.check = check or standalone.check_plain
+        self.layers: dict[str, dict] = {}
+        self.decided: dict[str, dict] = {}
+        self.used: set[str] = set()  # the records files that served a layer
+        self.stats = {"workloads": 0, "from_records": 0, "rule": 0, "skipped": 0, "checked": 0, "seconds": 0.0}
+
+    def choose(self, site: Site) -> str:
+        key = site.key()
+        if key not in self.decided:
+            t0 = time.perf_counter()
+            self.decided[key] = self._decide(site)
+            self.stats["workloads"] += 1
+            self.stats["seconds"] += time.perf_counter() - t0
+        d = self.decided[key]
+        if site.layer:
+            self.layers[site.layer] = {"family": site.family, "workload": key, **{
+                k: d[k] for k in LAYER_KEYS if k in d}, "source": d["source"]}
+        return d["schedule"]
+
+    def _decide(self, site: Site) -> dict:
+        d = self.from_record(site)
+        self.stats["from_records" if d["source"] == "record" else "rule"] += 1
+        return d
+
+    def from_record(self, site: Site) -> dict:
+        """The record's decision (source "record"), or the rule's (source "rule": no record, or one skipped)."""
+        from edge_sdk.tune import choice_records
+
+        rec = choice_records.lookup(self.target, site.family, site.workload)
+        if rec is None:
+            return {"schedule": DEFAULT, "source": "rule"}
+        verified, why = self._verify(site, rec)
+        if why:
+            warnings.warn(f"{site.family} {site.layer or site.key()}: the recorded winner '{rec.schedule}' "
+                          f"({rec.source}) {why}; keeping the rule's schedule", ChoiceWarning, stacklevel=4)
+            self.stats["skipped"] += 1
+            return {"schedule": DEFAULT, "source": "rule", "record_skipped": f"{rec.schedule}: {why}"}
+        self.used.add(rec.source)
+        return {"schedule": rec.schedule, "source": "record", "modelled_cycles": rec.modelled_cycles,
+                "default_cycles": rec.default_cycles, "record": {**rec.to_manifest(), "verified": verified}}
+
+    def _verify(self, site: Site, rec) -> tuple[str, str]:
+        """(how the recorded winner is known to compute the right thing, "") or ("", why it is skipped)."""
+        if rec.schedule == DEFAULT:
+            return "the rule's own schedule", ""
+        if rec.schedule not in site.candidates():
+            return "", "is no longer a candidate"
+        h = code_hashes(site, [rec.schedule])[rec.schedule]
+        if h.startswith("error"):
+            return "", f"no longer builds ({h.removeprefix('error: ')})"
+        if h in rec.codes:
+            return f"same code as recorded: matched numpy when priced (max |err| {rec.max_error:.3g})", ""
+        hit = checked_under_qemu(site, rec.schedule, h, self.target, check=self.check, stats=self.stats,
+                                 say=lambda: self.say(f"record {site.family} {site.layer}: {rec.schedule}'s code "
+                                                      "differs from the recorded one; checking it once under qemu"))
+        if not hit["ok"]:
+            return "", f"was not confirmed under qemu ({hit['reason']})"
+        return (f"code differs from the recorded (other constants or an edited kernel): ran under qemu and "
+                f"matched numpy (max |err| {hit['max_error']:.3g})"), ""
+
+    def report(self) -> dict:
+        from edge_sdk.tune import choice_records
+
+        moved = [v for v in self.layers.values() if v.get("default_cycles") and v.get("modelled_cycles")]
+        models = sorted({v["record"]["timing_model"] for v in self.layers.values() if v.get("record")})
+        return {"enabled": True, "mode": "records", "target": self.target.name, "timing_model": ", ".join(models),
+                "records": sorted(self.used), "records_digest": choice_records.digest(self.target),
+                **{k: self.stats[k] for k in ("workloads", "from_records", "rule", "skipped", "checked")},
+                "priced": 0, "cached": 0, "seconds": round(self.stats["seconds"], 1),
+                "changed_layers": sum(1 for v in self.layers.values() if v.get("schedule") != DEFAULT),
+                "saved_cycles_est": round(sum(v["default_cycles"] - v["modelled_cycles"] for v in moved))}
+
+
+ENV = "EDGE_SDK_CHOICE"  # compile's default mode when not told: records (unset), 1/on: priced, 0/off: off
+MODES = {"priced": ("1", "on", "yes", "true", "priced", "price"), "off": ("0", "off", "no", "false", "none"),
+         "records": ("", "records", "default")}
+
+
+def mode(choose: bool | None) -> str:
+    """compile_model's `choose` as a mode: True "priced" (every candidate priced under qemu, cached),
+    False "off" (every kernel's rule), None $EDGE_SDK_CHOICE, by default "records" (the shipped records,
+    nothing priced at compile time)."""
+    import os
+
+    from edge_sdk.errors import ConfigError
+
+    if choose is not None:
+        return "priced" if choose else "off"
+    value = os.environ.get(ENV, "").strip().lower()
+    for m, spellings in MODES.items():
+        if value in spellings:
+            return m
+    raise ConfigError(f"${ENV}={value!r}: expected records (the default), 1/on (price every layer) or 0/off")
 
 
 def wanted(choose: bool | None) -> bool:
-    """compile_model's `choose` (None: $EDGE_SDK_CHOICE, off unless 1/on/yes). Off by default while a
-    first-time choice costs minutes of qemu per model (no shipped records yet): every Pi compile and
-    bench of the team would otherwise price every layer."""
-    import os
-
-    if choose is not None:
-        return choose
-    return os.environ.get(ENV, "0").strip().lower() in ("1", "on", "yes", "true")
+    """Whether compile prices every layer (mode "priced")."""
+    return mode(choose) == "priced"
 
 
 def applies(target) -> bool:
@@ -150,10 +283,15 @@ def applies(target) -> bool:
 
 
 def chooser_for(target, *, choose: bool | None, progress=None):
-    """A Chooser for a Pi target when the choice is wanted and the timing plugin is built, else None
-    (with a warning when it was wanted but cannot run here)."""
-    if not (wanted(choose) and applies(target)):
+    """The compile's chooser on a Pi target: a Chooser (priced; needs the timing plugin, else a warning
+    and None), a RecordChooser (records, when any ship for the core), or None (off, or not a Pi)."""
+    m = mode(choose)
+    if m == "off" or not applies(target):
         return None
+    if m == "records":
+        from edge_sdk.tune import choice_records
+
+        return RecordChooser(target, progress=progress) if choice_records.digest(target) else None
     from edge_sdk.qemu import runner as E
     from edge_sdk.errors import MissingDependency
 
@@ -162,7 +300,10 @@ def chooser_for(target, *, choose: bool | None, progress=None):
     except MissingDependency as err:
         warnings.warn(f"per-layer schedule choice off: {err}", ChoiceWarning, stacklevel=2)
         return None
-    return Chooser(target, progress=progress)
+    from edge_sdk.tune import choice_records
+
+    return Chooser(target, progress=progress,
+                   records=RecordChooser(target, progress=progress) if choice_records.digest(target) else None)
 
 
 def annotate(rows: list[dict], chooser) -> tuple[list[dict], dict]:

@@ -108,3 +108,26 @@ def price(site: Site, schedule: str, target, acts: list[np.ndarray], *, ref: np.
     ok, worst = check(out, ref, rtol=site.rtol, atol=site.atol)
     return Priced(schedule, ok, cycles, worst, "" if ok else f"output differs from the numpy reference (max |err| {worst:.3g})",
                   seconds=time.perf_counter() - t0)
+
+
+def check_plain(site: Site, schedule: str, target, acts: list[np.ndarray] | None = None) -> Priced:
+    """One candidate built alone and run once under plain qemu (no timing plugin), checked against the
+    numpy reference: how compile confirms a recorded winner whose code differs from the one recorded
+    (compile/choice/chooser.RecordChooser). Priced.cycles stays None; never raises for a bad candidate."""
+    from edge_sdk.qemu import runner as E
+
+    t0 = time.perf_counter()
+    acts = site.random_acts(seed=0) if acts is None else acts
+    try:
+        ref = site.reference(acts)
+        built = site.build(schedule, KERNEL, acts)
+        with tempfile.TemporaryDirectory(prefix="edge-choice-") as tmp:
+            lib, pbin = build_library(built, target, Path(tmp))
+            out = E.count_runner(lib=lib, params=pbin, input=built.args[0], cpu=target.qemu_cpu(), ks=(1,)).output
+    except (EdgeError, RuntimeError, ValueError, KeyError, AssertionError) as err:
+        msg = str(err).strip().splitlines()
+        return Priced(schedule, False, reason=f"{type(err).__name__}: {msg[-1][:300] if msg else ''}",
+                      seconds=time.perf_counter() - t0)
+    ok, worst = check(out, ref, rtol=site.rtol, atol=site.atol)
+    return Priced(schedule, ok, None, worst, "" if ok else f"output differs from the numpy reference (max |err| {worst:.3g})",
+                  seconds=time.perf_counter() - t0)
