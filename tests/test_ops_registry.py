@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from edge_sdk.graph import ops as registry
+from edge_sdk.graph.ops import float_act
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,8 +86,72 @@ def test_the_resolvers_resolve_and_the_architecture_test_counts_their_names():
     finally:
         sys.path.remove(str(ROOT / "tests"))
     graph = arch._graph()
-    for field, resolver in registry.RESOLVED_BY.items():
-        assert "registry.resolve(" in inspect.getsource(importlib.import_module(resolver)), (field, resolver)
-    for resolver, name in registry.links():
+    for reg in (registry, float_act):
+        for field, resolvers in reg.RESOLVED_BY.items():
+            for resolver in resolvers:
+                assert "registry.resolve(" in inspect.getsource(importlib.import_module(resolver)), (field, resolver)
+    for resolver, name in registry.links() + float_act.links():
         target = name.partition(":")[0]
         assert target == resolver or target in graph[resolver], (resolver, name)
+
+
+# ---- the float activations (graph/ops/float_act.py) --------------------------------------------------
+
+@pytest.mark.parametrize("kind", list(float_act.ACTS))
+def test_activation_kernel_equals_its_numpy_reference(kind):
+    """Each entry's TIR expression (compiled for the host) against its numpy reference, on the same float32 points."""
+    import tvm
+    from tvm import te
+
+    from edge_sdk.compiler.ops.activation import activate
+
+    d = float_act.ACTS[kind]
+    assert d.reference.startswith("edge_sdk.quant.") and d.kernel.startswith("edge_sdk.compiler.")
+    params = (-0.5, 2.5)[: len(d.params)]
+    v = np.concatenate([np.linspace(-12, 12, 961), [-3, 3, 0]]).astype(np.float32)
+    x = te.placeholder(v.shape, "float32", name="x")
+    y = te.compute(v.shape, lambda i: activate(x[i], (kind, *params)), name="y")
+    f = tvm.compile(te.create_prim_func([x, y]), target="llvm")
+    out = tvm.runtime.tensor(np.zeros_like(v))
+    f(tvm.runtime.tensor(v), out)
+    want = registry.resolve(d.reference)(v.astype(np.float64), *params)
+    assert np.allclose(out.numpy(), want, rtol=2e-6, atol=2e-6), kind
+    if d.relax_op is not None:
+        assert float_act.by_relax_op(d.relax_op) is d
+
+
+def test_one_activation_entry_reaches_the_rewriter_kernel_and_chooser(monkeypatch):
+    """A new activation registered under its own name (hard-swish again, as 'hswish_copy', listed before it)
+    is what the float rewriter reports for the TFLite frontend's hard-swish subgraph, and both the kernel
+    expression and compile/choice's numpy reference take it, without touching those files."""
+    from dataclasses import replace as dc_replace
+
+    from tvm import relax
+
+    from edge_sdk.compiler.choice.families import np_activate
+    from edge_sdk.compiler.ops import chain
+
+    copy = dc_replace(float_act.ACTS["hswish"], kind="hswish_copy", tflite=(), onnx=(), int8="")
+    monkeypatch.setattr(float_act, "ACTS", {"hswish_copy": copy, **float_act.ACTS})
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 4, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(relax.op.add(x, relax.const(np.zeros(8, np.float32))))
+            t = bb.emit(relax.op.clip(bb.emit(relax.op.add(c, relax.const(3.0, "float32"))), 0.0, 6.0))
+            out = bb.emit_output(bb.emit(relax.op.divide(bb.emit(relax.op.multiply(c, t)),
+                                                         relax.const(6.0, "float32"))))
+        bb.emit_func_output(out)
+    graph = chain.Graph(bb.get()["main"])
+    c_var = next(v for v in graph.value if graph.order[v] == 0)
+    found = chain.match_activation(graph, c_var, (1, 4, 4, 8))
+    assert found is not None and found[0] == ("hswish_copy",)
+    y = np.linspace(-5, 5, 11)
+    assert np.allclose(np_activate(y, ("hswish_copy",)), y * np.clip(y + 3, 0, 6) / 6)
+    from tvm import te
+
+    from edge_sdk.compiler.ops.activation import activate
+
+    v = te.var("v", "float32")
+    assert str(activate(v, ("hswish_copy",))) == str(activate(v, ("hswish",)))
+

@@ -6,7 +6,7 @@
 Sources: int8 -- the op registry edge_sdk.graph.ops (one entry per op: its readers, numpy reference and
 kernel; edge_sdk.models.tflite_int8.SUPPORTED is its list); ONNX QDQ --
 edge_sdk.models.onnx_qdq_ops (MAP, BECOMES, REFUSED); float .tflite -- the
-Relax TFLite frontend's converter table; ONNX -- the Relax ONNX frontend's converters per opset 13..18
+Relax TFLite frontend's converter table; float activations -- edge_sdk.graph.ops.float_act; ONNX -- the Relax ONNX frontend's converters per opset 13..18
 and the numpy reference's Relax ops (an ONNX model's golden output comes from it); bitserial -- the zoo's
 binarized models and the LCE ops edge_sdk.models.lce reads. `*` marks the ops that occur in the committed
 test models (every .tflite / .onnx under tests/data).
@@ -65,9 +65,12 @@ def _onnx() -> dict[str, list[int]]:
 
 
 def _reference_ops() -> list[str]:
+    """The Relax ops relax_ref evaluates: those it names, and the activations' (graph/ops/float_act) it looks up."""
+    from edge_sdk.graph.ops import float_act
     from edge_sdk.quant import relax_ref
 
-    return sorted(set(re.findall(r'"(relax\.[a-z0-9_.]+)"', inspect.getsource(relax_ref))))
+    named = set(re.findall(r'"(relax\.[a-z0-9_.]+)"', inspect.getsource(relax_ref)))
+    return sorted(named | {d.relax_op for d in float_act.ACTS.values() if d.relax_op})
 
 
 def _cols(items, tested: set[str], width: int = 6) -> list[str]:
@@ -117,6 +120,34 @@ def _registry(tested: set[str]) -> list[str]:
             *rows, ""]
 
 
+def _float_acts(tested: dict[str, set[str]]) -> list[str]:
+    """The float activations (edge_sdk.graph.ops.float_act), with the int8 op that computes the same function."""
+    from edge_sdk.graph import ops as registry
+    from edge_sdk.graph.ops import float_act
+
+    def mark(names, kind):
+        return ", ".join(f"{n}{' *' if n in tested[kind] else ''}" for n in names)
+
+    rows = []
+    for d in float_act.ACTS.values():
+        found = d.relax_op or ("the elementwise subgraph" if d.subgraph else "")
+        if d.relax_op and d.subgraph:
+            found += " or the subgraph"
+        i8 = registry.of(d.int8)
+        int8 = f"{d.int8} (`{_short(i8.reference)}`)" if i8 else d.int8
+        rows.append(f"| {d.kind}{'(' + ', '.join(d.params) + ')' if d.params else ''} | {mark(d.tflite, 'tflite')} | "
+                    f"{mark(d.onnx, 'onnx')} | {found} | `{_short(d.reference)}` | `{_short(d.kernel)}` | {int8} | "
+                    f"{d.doc} |")
+    return ["## Activations fused into float kernels (float32, both importers), beside their int8 op", "",
+            "The Relax frontends import these ops as Relax ops; the float rewriter (compiler/ops/fuse.py, chain.py)",
+            "folds the Relax op, or an elementwise subgraph equal to the numpy reference on sample points, into",
+            "the epilogue of the conv / depthwise / dense before it. One entry each in",
+            "`edge_sdk/graph/ops/float_act.py` ties the importers' ops, the numpy reference and the kernel",
+            "expression; the int8 column is the registered int8 op computing the same function.", "",
+            "| activation | .tflite | ONNX | matched as | numpy reference | float kernel | int8 op | |",
+            "|---|---|---|---|---|---|---|---|", *rows, ""]
+
+
 def render() -> str:
     from edge_sdk.models.lce import LCE_OPS
     from edge_sdk.models.tflite_int8 import SUPPORTED
@@ -132,6 +163,7 @@ def render() -> str:
              "its index and the file (exit code 4).", "", hdr, *_cols(sorted(SUPPORTED), tested["tflite"]), "",
              *_registry(tested["tflite"]),
              *_qdq(),
+             *_float_acts(tested),
              "## float32 from .tflite: the Relax TFLite frontend, then our kernels", "",
              "Golden output from LiteRT. Ops the frontend converts:", "", hdr,
              *_cols(_tflite_float(), tested["tflite"]), "",

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from edge_sdk.errors import ModelError
+from edge_sdk.graph import ops as registry
+from edge_sdk.graph.ops import float_act
 
 
 def _ints(v) -> list[int]:
@@ -132,14 +134,11 @@ def _eval_call(call, args):
         fn = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
               "maximum": np.maximum, "minimum": np.minimum}[op.split(".")[1]]
         return fn(args[0], args[1])
-    if op == "relax.clip":
-        return np.clip(args[0], float(call.args[1].value), float(call.args[2].value))
-    if op == "relax.nn.relu":
-        return np.maximum(args[0], 0)
+    act = float_act.by_relax_op(op)  # relax.nn.relu, relax.clip, relax.sigmoid: the activation's reference
+    if act is not None:
+        return registry.resolve(act.reference)(args[0], *(float(v.value) for v in call.args[1:1 + len(act.params)]))
     if op == "relax.nn.relu6":
         return np.clip(args[0], 0, 6)
-    if op == "relax.sigmoid":
-        return 1 / (1 + np.exp(-args[0]))
     if op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
         return _pool(args[0], a, "max" if op == "relax.nn.max_pool2d" else "avg", _shape(call.ty))
     if op in _LAYOUT_OPS:

@@ -19,25 +19,16 @@ from edge_sdk.compiler.ops import conv2d as conv_ops
 from edge_sdk.compiler.ops import winograd
 from edge_sdk.compiler.ops.common import Epilogue, Simd, round_up
 from edge_sdk.compiler.ops.depthwise import depthwise_conv2d
+from edge_sdk.graph import ops as registry
+from edge_sdk.graph.ops import float_act
 
 
 def np_activate(y: np.ndarray, act: tuple) -> np.ndarray:
-    """ops/activation.py's activations in numpy (float64)."""
-    kind = act[0]
-    if kind == "none":
-        return y
-    if kind == "relu":
-        return np.maximum(y, 0.0)
-    if kind == "clip":
-        return np.clip(y, act[1], act[2])
-    sig = 1.0 / (1.0 + np.exp(-y))
-    if kind == "sigmoid":
-        return sig
-    if kind == "swish":
-        return y * sig
-    if kind == "hswish":
-        return y * np.clip(y / 6.0 + 0.5, 0.0, 1.0)
-    raise ValueError(f"unknown activation {act!r}")
+    """ops/activation.py's activations in numpy: the numpy reference of act's graph/ops/float_act entry."""
+    d = float_act.of(act[0])
+    if d is None:
+        raise ValueError(f"unknown activation {act!r}")
+    return registry.resolve(d.reference)(y, *act[1:])
 
 
 def _epi_json(epi: Epilogue) -> dict:

@@ -1,6 +1,7 @@
 """Activations a float kernel applies in its epilogue, as vectorizable TIR expressions.
 
     ("none",) ("relu",) ("clip", lo, hi) ("sigmoid",) ("swish",) ("hswish",)
+    (each one entry in graph/ops/float_act.py naming its *_expr here, its numpy reference and importer ops)
 
 Why our own exp: TVM lowers `tirx.exp` / `sigmoid` to LLVM's exp intrinsic, which both backends
 turn into one scalar `expf` call per lane; EfficientNet-B0's 49 swish layers then cost more than all
@@ -19,7 +20,10 @@ from __future__ import annotations
 import tvm
 from tvm import te
 
-ACTS = ("none", "relu", "clip", "sigmoid", "swish", "hswish")
+from edge_sdk.graph import ops as registry
+from edge_sdk.graph.ops import float_act
+
+ACTS = tuple(float_act.ACTS)  # none, relu, clip, sigmoid, swish, hswish: one entry each in graph/ops/float_act.py
 _LN2_HI = 0.693145751953125  # ln 2 split so n * _LN2_HI is exact in float32 for |n| < 256
 _LN2_LO = 1.428606765330187e-06
 # e^r = 1 + r (c1 + r (c2 + r (c3 + r (c4 + r c5)))) on |r| <= ln2/2 (a Lawson fit of the relative error)
@@ -69,21 +73,37 @@ def sigmoid(x, *, divide: bool = True):
     return reciprocal(_f(1.0) + exp_approx(-x, clamp=False))
 
 
+# the activations' TIR expressions (graph/ops/float_act.py entries name them): f(value, *params, isa)
+
+def none_expr(value, isa):
+    return value
+
+
+def relu_expr(value, isa):
+    return te.max(value, _f(0.0))
+
+
+def clip_expr(value, lo, hi, isa):
+    return te.min(te.max(value, _f(lo)), _f(hi))
+
+
+def sigmoid_expr(value, isa):
+    return sigmoid(value, divide=isa != "neon")
+
+
+def swish_expr(value, isa):
+    return value * sigmoid(value, divide=isa != "neon")
+
+
+def hswish_expr(value, isa):
+    # x * clip(x / 6 + 1/2, 0, 1): one multiply-add, max, min, multiply (x * relu6(x + 3) / 6: five ops)
+    return value * te.min(te.max(value * _f(1.0 / 6.0) + _f(0.5), _f(0.0)), _f(1.0))
+
+
 def activate(value, act: tuple, isa: str | None = None):
-    """`value` through the activation `act` (one of ACTS, with clip's bounds), for the vector ISA
-    `isa` (common.Simd.isa; "neon" avoids the divide)."""
-    kind = act[0]
-    if kind == "none":
-        return value
-    if kind == "relu":
-        return te.max(value, _f(0.0))
-    if kind == "clip":
-        return te.min(te.max(value, _f(act[1])), _f(act[2]))
-    if kind == "sigmoid":
-        return sigmoid(value, divide=isa != "neon")
-    if kind == "swish":
-        return value * sigmoid(value, divide=isa != "neon")
-    if kind == "hswish":
-        # x * clip(x / 6 + 1/2, 0, 1): one multiply-add, max, min, multiply (x * relu6(x + 3) / 6: five ops)
-        return value * te.min(te.max(value * _f(1.0 / 6.0) + _f(0.5), _f(0.0)), _f(1.0))
-    raise ValueError(f"unknown activation {act!r}")
+    """`value` through the activation `act` (a graph/ops/float_act entry's kind, then its params: clip's
+    bounds), for the vector ISA `isa` (common.Simd.isa; "neon" avoids the divide)."""
+    d = float_act.of(act[0])
+    if d is None:
+        raise ValueError(f"unknown activation {act!r}")
+    return registry.resolve(d.kernel)(value, *act[1:], isa)

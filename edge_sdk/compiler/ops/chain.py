@@ -2,12 +2,14 @@
 per-channel constant ops, a residual add and an activation that fold into the kernel's epilogue.
 
 - _Chain.absorb folds one single-user op: per-channel add/subtract/multiply/divide into the bias and
-  the weight scale, one residual add, relu / clip / sigmoid as the activation, and a positive scalar
+  the weight scale, one residual add, a lone activation op (relu / clip / sigmoid: the graph/ops/float_act
+  entries with a relax_op) as the activation, and a positive scalar
   multiply or divide after a clip (hard-sigmoid's / 6) into the clip's bounds.
 - match_activation recognises an activation written as a small elementwise subgraph in which the
   chain's value has several users (swish = x * sigmoid(x), hard-swish = x * relu6(x + 3) / 6, in
   any of the forms the TFLite and ONNX importers emit) by evaluating the subgraph in numpy on sample
-  points: every form of the same function is found, and nothing that differs anywhere on them.
+  points against the float_act entries' numpy references (subgraph=True): every form of the same
+  function is found, and nothing that differs anywhere on them.
 """
 from __future__ import annotations
 
@@ -15,18 +17,25 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from edge_sdk.graph import ops as registry
+from edge_sdk.graph.ops import float_act
+
 LINEAR = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide"}
-_UNARY = {"relax.sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)), "relax.nn.relu": lambda v: np.maximum(v, 0.0)}
 _BINARY = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
            "relax.divide": np.divide, "relax.maximum": np.maximum, "relax.minimum": np.minimum}
 _SAMPLES = np.concatenate([np.linspace(-9.0, 9.0, 721), [-3.0, -2.999, 2.999, 3.0, -0.001, 0.001]])
-# The activations a subgraph may turn out to be (kernels compute them as ops/activation.py says).
-_TARGETS = {
-    "swish": lambda v: v / (1.0 + np.exp(-v)),
-    "hswish": lambda v: v * np.clip(v + 3.0, 0.0, 6.0) / 6.0,
-    "sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
-}
 _MAX_NODES = 6
+
+
+def _unary() -> dict:
+    """The lone Relax ops that are an activation without params (relu, sigmoid): their numpy references."""
+    return {d.relax_op: registry.resolve(d.reference) for d in float_act.ACTS.values() if d.relax_op and not d.params}
+
+
+def _targets() -> dict:
+    """The activations a subgraph may turn out to be (graph/ops/float_act entries with subgraph=True: swish,
+    hard-swish, sigmoid), by their numpy references; kernels compute them as the entry's expression says."""
+    return {d.kind: registry.resolve(d.reference) for d in float_act.ACTS.values() if d.subgraph}
 
 
 def shape_of(expr) -> tuple[int, ...] | None:
@@ -121,9 +130,9 @@ class Chain:
     def absorb(self, graph: Graph, var, call, out_shape) -> bool:
         """Fold `call` (which consumes `var`) into the epilogue if we can."""
         op = op_name(call)
-        if op in ("relax.nn.relu", "relax.clip", "relax.sigmoid") and self.act == ("none",):
-            self.act = (("relu",) if op == "relax.nn.relu" else ("sigmoid",) if op == "relax.sigmoid"
-                        else ("clip", scalar(call.args[1]), scalar(call.args[2])))
+        d = float_act.by_relax_op(op)  # relu, clip (its bounds), sigmoid
+        if d is not None and self.act == ("none",):
+            self.act = (d.kind, *(scalar(a) for a in call.args[1:1 + len(d.params)]))
             return True
         if op not in LINEAR or len(call.args) != 2:
             return False
@@ -171,19 +180,20 @@ def _evaluate(graph: Graph, nodes: list, x, v: np.ndarray) -> np.ndarray | None:
     """The subgraph `nodes` (in binding order) as a function of x, at the points v; None if an op
     is not a scalar-constant elementwise one."""
     vals = {x: v}
+    unary = _unary()
     for n in nodes:
         call = graph.value[n]
         op = op_name(call)
         args = []
-        for a in call.args[: 1 if op in _UNARY or op == "relax.clip" else 2]:
+        for a in call.args[: 1 if op in unary or op == "relax.clip" else 2]:
             if a in vals:
                 args.append(vals[a])
             elif (c := graph.const(a)) is not None and c.size == 1:
                 args.append(float(c.reshape(-1)[0]))
             else:
                 return None
-        if op in _UNARY:
-            vals[n] = _UNARY[op](args[0])
+        if op in unary:
+            vals[n] = unary[op](args[0])
         elif op == "relax.clip":
             vals[n] = np.clip(args[0], scalar(call.args[1]), scalar(call.args[2]))
         elif op in _BINARY and len(call.args) == 2:
@@ -194,7 +204,7 @@ def _evaluate(graph: Graph, nodes: list, x, v: np.ndarray) -> np.ndarray | None:
 
 
 def match_activation(graph: Graph, x, out_shape) -> tuple[tuple, object, list] | None:
-    """(act, end var, the subgraph's vars) when the users of `x` compute one of _TARGETS of it."""
+    """(act, end var, the subgraph's vars) when the users of `x` compute one of _targets() of it."""
     first = graph.users.get(x, [])
     if len(first) < 2 or not graph.internal(x):
         return None
@@ -216,7 +226,7 @@ def match_activation(graph: Graph, x, out_shape) -> tuple[tuple, object, list] |
         if all(all(u in inside for u, _ in graph.users.get(n, [])) and graph.internal(n)
                for n in [x, *nodes[:-1]]):
             got = _evaluate(graph, nodes, x, _SAMPLES)
-            for act, fn in _TARGETS.items():
+            for act, fn in _targets().items():
                 if got is not None and np.allclose(got, fn(_SAMPLES), rtol=1e-6, atol=1e-6):
                     return (act,), var, nodes
     return None

@@ -98,12 +98,12 @@ def onnx_kinds(family: str | None = None) -> dict[str, str]:
 
 # the module that resolves each kind of name (its resolve() call is the import tests/test_architecture.py
 # counts: resolver -> the named module)
-RESOLVED_BY = {"reference": "edge_sdk.quant.tflite_int8_ref_ops", "kernel": "edge_sdk.compiler.int8.backend"}
+RESOLVED_BY = {"reference": ("edge_sdk.quant.tflite_int8_ref_ops",), "kernel": ("edge_sdk.compiler.int8.backend",)}
 
 
 def links() -> list[tuple[str, str]]:
     """(resolver module, "module:function") for every name in the registry."""
-    return [(RESOLVED_BY[f], getattr(d, f)) for d in OPS.values() for f in RESOLVED_BY]
+    return [(r, getattr(d, f)) for d in OPS.values() for f, rs in RESOLVED_BY.items() for r in rs]
 
 
 @cache
