@@ -105,7 +105,8 @@ function drawLayers(data) {
   } else {
     for (const [model, rows] of byModel(data.layers)) {
       h("h3", {}, s, model);
-      stackedChart(s, rows.map((r) => ({ ...r, rowLabel: `${r.variant} · ${r.setup}` })),
+      stackedChart(s, rows.map((r) => ({ ...r, rowLabel: `${r.variant} · ${r.device} (${r.target}` +
+          `${r.threads === 1 ? "" : `, ${r.threads} threads`}${r.emulated ? ", emulated" : ""})` })),
         { title: `${model}: time per layer in milliseconds (emulated Pi: modelled Pi ms), conv vs glue`, xLabel: "time (ms), layers stacked" });
     }
     if (data.unprofiled.length) {

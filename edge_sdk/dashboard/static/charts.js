@@ -164,7 +164,7 @@ function stackedChart(parent, runs, opts) {
   const height = TOP + runs.length * (BAR + GAP) + 50;
   const svg = svgRoot(parent, height, opts.title);
   const hi = Math.max(...runs.map((r) => r.conv_ms + r.glue_ms + (r.outside_ms || 0)));
-  const x = linearScale(0, hi, LABEL_W, WIDTH - RIGHT_PAD - 110);
+  const x = linearScale(0, hi, LABEL_W, WIDTH - RIGHT_PAD - 150);
   xAxis(svg, x, TOP, height - 44, opts.xLabel);
   let y = TOP;
   for (const r of runs) {
@@ -191,7 +191,7 @@ function stackedChart(parent, runs, opts) {
     }
     const layersMs = r.conv_ms + r.glue_ms, out = r.outside_ms || 0;
     el("text", { x: x(t) + 6, y: y + BAR - 6, class: "value" }, svg, `${fmt(layersMs + out)} ms${r.modelled ? " modelled" : ""}, ` +
-      `glue ${Math.round(100 * r.glue_ms / (layersMs || 1))}% of the layers` + (out ? `, ${Math.round(100 * out / (layersMs + out))}% outside` : ""));
+      `glue ${Math.round(100 * r.glue_ms / (layersMs || 1))}%` + (out ? `, outside ${Math.round(100 * out / (layersMs + out))}%` : ""));
     y += BAR + GAP;
   }
   return svg;
