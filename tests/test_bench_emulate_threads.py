@@ -24,7 +24,10 @@ def _bench(argv, capsys) -> dict:
 def test_emulate_models_each_thread_count(isolated, capsys):
     # ours only: ncnn's rows at N threads take the same path (count_ncnn's OpenMP threads, priced per vCPU;
     # tests/test_timing_calibration.py prices its 4-thread profiles) and would triple this test's qemu time
-    js = _bench([*TINY, "--variants", "float32", "--target", "pi3", "--emulate", "pi3", "--threads", "1,2"], capsys)
+    db = isolated / "results.sqlite"  # stored as well: each row's per-layer split goes into the run's extra
+    code, js = bench_json([*TINY, "--variants", "float32", "--target", "pi3", "--emulate", "pi3", "--threads", "1,2",
+                           "--json", "--db", str(db)], capsys)
+    assert code == 0
     rows = {(r["engine"], r["variant"], r["threads"]): r for r in js["rows"]}
     assert set(rows) == {("edge-sdk", "float32", 1), ("edge-sdk", "float32", 2)}
     for key in rows:
@@ -37,6 +40,11 @@ def test_emulate_models_each_thread_count(isolated, capsys):
         split = r["per_layer_modelled_ms"]
         assert sum(x["ms"] for x in split) == pytest.approx(r["modelled_ms"], rel=0.03)
         assert {x["name"] for x in split} >= {"conv1", "fc"}
+    from edge_sdk.results.store import ResultsStore
+
+    with ResultsStore(db, read_only=True) as store:
+        stored = {r["threads"]: r["extra"]["per_layer_modelled_ms"] for r in store.query()}
+    assert stored == {t: rows[("edge-sdk", "float32", t)]["per_layer_modelled_ms"] for t in (1, 2)}
     two = rows[("edge-sdk", "float32", 2)]
     assert set(two["timing"]["cycles_split"]) >= {"fork_join"}
 
