@@ -76,8 +76,8 @@ def _case(shape, co, pad, m, simd, *, residual, act, schedule="default"):
     r = RNG.standard_normal((1, oh, ow, cpad)).astype("float32")
     bp = np.zeros(cpad, "float32")
     bp[:co] = b
-    func = wg.conv2d_winograd(shape, pad, cpad, m, simd, epi=Epilogue(act, residual), nr=nr, name="t_wino",
-                              schedule=schedule)
+    build = wg.conv2d_winograd_planar if schedule == "planar" else wg.conv2d_winograd
+    func = build(shape, pad, cpad, m, simd, epi=Epilogue(act, residual), nr=nr, name="t_wino")
     ref = ref_conv(x, w, pad) + b + (r[..., :co] if residual else 0)
     extra = np.abs(b) + (np.abs(r[..., :co]) if residual else 0)
     if act[0] == "relu":

@@ -120,12 +120,22 @@ def packs(simd: Simd, tiles: int, ci: int, nr: int, schedule: str = "default") -
 
 
 def conv2d_winograd(shape, padding, cpad: int, m: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE,
-                    nr=None, name="edge_winograd", schedule: str = "default") -> tvm.tirx.PrimFunc:
+                    nr=None, name="edge_winograd") -> tvm.tirx.PrimFunc:
     """NHWC 3x3 stride-1 conv over U from `transform_weight` (alpha, alpha, cpad/nr, CI, nr);
     padding = (top, left, bottom, right). Output (1, OH, OW, cpad). Batch 1 only (choose_m checks).
-    The GEMM's tiles are padded to a multiple of mr; the tail rows re-read the last tile.
-    `schedule`: "default" (packed V and the assembly tile where `packs`), or "planar"."""
-    act, residual = epi.act, epi.residual
+    The GEMM's tiles are padded to a multiple of mr; the tail rows re-read the last tile. Packed V
+    and the assembly tile where `packs`."""
+    return _winograd(shape, padding, cpad, (m, "default"), simd, epi, nr, name)
+
+
+def conv2d_winograd_planar(shape, padding, cpad: int, m: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE,
+                           nr=None, name="edge_winograd") -> tvm.tirx.PrimFunc:
+    """conv2d_winograd with LLVM's tile over V's tile rows and M's transform-point planes everywhere."""
+    return _winograd(shape, padding, cpad, (m, "planar"), simd, epi, nr, name)
+
+
+def _winograd(shape, padding, cpad: int, plan: tuple[int, str], simd: Simd, epi: Epilogue, nr, name: str):
+    (m, schedule), (act, residual) = plan, (epi.act, epi.residual)
     n, h, w_, ci = shape
     pt, pl, pb, pr = padding
     oh, ow = h + pt + pb - 2, w_ + pl + pr - 2
