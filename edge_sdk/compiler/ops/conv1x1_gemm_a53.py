@@ -26,6 +26,7 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 NAME = "edge_a53_sgemm_8x8"
+NAME_ODD = NAME + "_odd"
 MR = NR = 8
 _SETS = ((0, 1, 2, 3), (4, 5, 6, 7))  # per set: pixels 0-3, pixels 4-7, channels 0-3, channels 4-7
 _GPR = ("x9", "x10", "x11", "x12")
@@ -59,8 +60,9 @@ def _step(s_use: int, s_load: int | None, off: int, pending: list, tail=()) -> t
     return out, pending
 
 
-def kernel_lines() -> list[str]:
-    """The asm: $0 A, $1 W, $2 K (even, >= 2; all three advanced), $3 C, $4 C's row stride in bytes."""
+def kernel_lines(odd: bool = False) -> list[str]:
+    """The asm: $0 A, $1 W, $2 K (even, >= 2; all three advanced), $3 C, $4 C's row stride in bytes.
+    `odd`: one more step after the K even ones (a K + 1 reduction; its operands by plain `ldp q`)."""
     lines = ["mov x13, $3"]
     for r in range(8):
         lines += [f"ldp q{_acc(r, 0)}, q{_acc(r, 1)}, [x13]", "add x13, x13, $4"]
@@ -70,18 +72,19 @@ def kernel_lines() -> list[str]:
     lines += a + b + pend + ["b.ne 1b", "2:"]
     a, pend = _step(0, 1, 32, [])
     b, _ = _step(1, None, 0, pend)
-    lines += a + b + ["mov x13, $3"]
+    lines += a + b + (["ldp q0, q1, [$0, #64]", "ldp q2, q3, [$1, #64]"] + _fmlas(0) if odd else []) + ["mov x13, $3"]
     for r in range(8):
         lines += [f"stp q{_acc(r, 0)}, q{_acc(r, 1)}, [x13]", "add x13, x13, $4"]
     return lines
 
 
-def llvm_ir() -> str:
-    """`i32 edge_a53_sgemm_8x8(ptr C, ptr A, ptr W, i32 K, i32 c_stride_floats)`: the kernel as LLVM IR."""
-    text = "\\0A".join(kernel_lines())
+def llvm_ir(odd: bool = False) -> str:
+    """`i32 edge_a53_sgemm_8x8(ptr C, ptr A, ptr W, i32 K, i32 c_stride_floats)`: the kernel as LLVM IR
+    (`odd`: NAME_ODD, which reduces over K + 1 steps for an even K)."""
+    text = "\\0A".join(kernel_lines(odd))
     clobbers = ",".join([f"~{{x{i}}}" for i in (9, 10, 11, 12, 13)] + [f"~{{v{i}}}" for i in range(32)]
                         + ["~{memory}", "~{cc}"])
-    return (f"define i32 @{NAME}(ptr %c, ptr %a, ptr %w, i32 %k, i32 %ldc) {{\nentry:\n"
+    return (f"define i32 @{NAME_ODD if odd else NAME}(ptr %c, ptr %a, ptr %w, i32 %k, i32 %ldc) {{\nentry:\n"
             "  %kk = sext i32 %k to i64\n  %ldc4 = mul i32 %ldc, 4\n  %s = sext i32 %ldc4 to i64\n"
             f"  %r = call {{ ptr, ptr, i64 }} asm sideeffect \"{text}\", \"=r,=r,=r,r,r,0,1,2,{clobbers}\""
             "(ptr %c, i64 %s, ptr %a, ptr %w, i64 %kk)\n  ret i32 0\n}\n")

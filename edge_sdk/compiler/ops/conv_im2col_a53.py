@@ -24,16 +24,18 @@ from edge_sdk.compiler.ops.common import ACC_SCOPE, NO_EPILOGUE, Epilogue, Simd,
 
 def applies(simd: Simd, shape, kernel, strides, padding, nr: int) -> bool:
     """NEON, batch 1, a kernel wider than 1x1 (unit reduction loops would not match the intrinsic),
-    zero padding (no per-channel fills), 8-channel panels, and conv1x1_gemm_a53.applies for the GEMM
-    (K = KH*KW*CI even >= 64; a row tile is 8 pixels of one output row, padded by <= 25 %)."""
+    8-channel panels, and conv1x1_gemm_a53.applies for the GEMM (K = KH*KW*CI >= 64, an odd K by the
+    kernel's one-step tail; a row tile is 8 pixels of one output row, padded by <= 25 %). Zero padding
+    or per-channel fills (a stem's folded input affine) alike: AP reads the border."""
     n, h, w_, ci = shape
     kh, kw = kernel
-    if simd.isa != "neon" or n != 1 or kh < 2 or kw < 2 or len(padding) != 4 or nr != a53.NR:
+    if simd.isa != "neon" or n != 1 or kh < 2 or kw < 2 or nr != a53.NR:
         return False
+    k = kh * kw * ci
     oh = (h + padding[0] + padding[2] - kh) // strides[0] + 1
     ow = (w_ + padding[1] + padding[3] - kw) // strides[1] + 1
     # rows of 8 output pixels within one output row: conv1x1_gemm_a53.applies' padding rule on OW
-    return oh > 0 and a53.applies(simd, ow, kh * kw * ci, a53.MR, nr, False)
+    return oh > 0 and a53.applies(simd, ow, k + k % 2, a53.MR, nr, False)
 
 
 def intrin(kh: int, kw: int, ci: int) -> str:
@@ -45,6 +47,7 @@ def intrin(kh: int, kw: int, ci: int) -> str:
     if TensorIntrin.get(name, allow_missing=True) is not None:
         return name
     shp, k = (kh, kw, ci, a53.MR), kh * kw * ci
+    fname, keven = (a53.NAME_ODD, k - 1) if k % 2 else (a53.NAME, k)  # an odd K: the kernel's tail step
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, w: T.handle, c: T.handle) -> None:
@@ -69,8 +72,8 @@ def intrin(kh: int, kw: int, ci: int) -> str:
         with T.sblock("root"):
             T.reads(C[0:8, 0:8], A[0:kh, 0:kw, 0:ci, 0:8], W[0:kh, 0:kw, 0:ci, 0:8])
             T.writes(C[0:8, 0:8])
-            T.evaluate(T.call_extern("int32", a53.NAME, C.access_ptr("rw"), A.access_ptr("r"), W.access_ptr("r"),
-                                     k, sc))
+            T.evaluate(T.call_extern("int32", fname, C.access_ptr("rw"), A.access_ptr("r"), W.access_ptr("r"),
+                                     keven, sc))
 
     TensorIntrin.register(name, desc, impl)
     return name
@@ -84,7 +87,7 @@ def conv2d_im2col(shape, kernel, strides, padding, cpad: int, simd: Simd, *, epi
     n, h, w_, ci = shape
     kh, kw = kernel
     sh, sw = strides
-    pt, pl, pb, pr = padding
+    pt, pl, pb, pr = padding[:4]
     oh, ow = (h + pt + pb - kh) // sh + 1, (w_ + pl + pr - kw) // sw + 1
     mr, nr = a53.MR, a53.NR
     owp = round_up(ow, mr)
@@ -92,7 +95,7 @@ def conv2d_im2col(shape, kernel, strides, padding, cpad: int, simd: Simd, *, epi
     wt = te.placeholder((cpad // nr, kh, kw, ci, nr), "float32", name="W")
     b = te.placeholder((cpad,), "float32", name="bias")
     r = te.placeholder((n, oh, ow, cpad), "float32", name="R") if residual else None
-    xp = pad_nhwc(x, padding, tvm.tirx.const(0.0, "float32"))
+    xp = pad_nhwc(x, padding, padding[4] if len(padding) > 4 else tvm.tirx.const(0.0, "float32"))
     col = (lambda z: te.min(z, ow - 1)) if owp != ow else (lambda z: z)
     ap = te.compute((oh, owp // mr, kh, kw, ci, mr), lambda y, zo, ky, kx, c, ii: xp[
         0, y * sh + ky, col(zo * mr + ii) * sw + kx, c], name="AP")
@@ -103,7 +106,7 @@ def conv2d_im2col(shape, kernel, strides, padding, cpad: int, simd: Simd, *, epi
         c[y, z, o], b[o], act, r[a, y, z, o] if residual else None, simd), name="out")
     args = [x, wt, b] + ([r] if residual else []) + [out]
     sch = s_tir.Schedule(workload := te.create_prim_func(args))
-    if any(padding):
+    if any(padding[:4]):
         sch.compute_inline(sch.get_sblock("pad"))
     cb, ob = sch.get_sblock("C"), sch.get_sblock("out")
     la, ly, lz, lo = sch.get_loops(ob)
@@ -124,5 +127,5 @@ def conv2d_im2col(shape, kernel, strides, padding, cpad: int, simd: Simd, *, epi
     init = sch.decompose_reduction(cb, cy)
     sch.tensorize(cy, intrin(kh, kw, ci))
     sch.vectorize(sch.get_loops(init)[-1])
-    sch.annotate(zo, "pragma_import_llvm", a53.llvm_ir())
+    sch.annotate(zo, "pragma_import_llvm", a53.llvm_ir(odd=bool(kh * kw * ci % 2)))
     return finish(sch, name, workload=workload)
