@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from edge_sdk.graph import ops as registry
-from edge_sdk.graph.ops import float_act
+from edge_sdk.graph.ops import float_act, lce as lce_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,11 +86,11 @@ def test_the_resolvers_resolve_and_the_architecture_test_counts_their_names():
     finally:
         sys.path.remove(str(ROOT / "tests"))
     graph = arch._graph()
-    for reg in (registry, float_act):
+    for reg in (registry, float_act, lce_registry):
         for field, resolvers in reg.RESOLVED_BY.items():
             for resolver in resolvers:
                 assert "registry.resolve(" in inspect.getsource(importlib.import_module(resolver)), (field, resolver)
-    for resolver, name in registry.links() + float_act.links():
+    for resolver, name in registry.links() + float_act.links() + lce_registry.links():
         target = name.partition(":")[0]
         assert target == resolver or target in graph[resolver], (resolver, name)
 
@@ -155,3 +155,49 @@ def test_one_activation_entry_reaches_the_rewriter_kernel_and_chooser(monkeypatc
     v = te.var("v", "float32")
     assert str(activate(v, ("hswish_copy",))) == str(activate(v, ("hswish",)))
 
+
+# ---- the LCE importer's ops (graph/ops/lce.py) --------------------------------------------------------
+
+@pytest.mark.parametrize("kind", list(lce_registry.OPS))
+def test_lce_entry_names_resolve_in_their_layer(kind):
+    d = lce_registry.OPS[kind]
+    assert d.reference.startswith("edge_sdk.quant.") and callable(registry.resolve(d.reference))
+    assert d.kernel.startswith("edge_sdk.compiler.") and callable(registry.resolve(d.kernel))
+    assert d.custom == kind.startswith("Lce") and (d.tflite is None or not d.custom)
+    if d.tflite is not None:
+        import tflite
+
+        cls = getattr(tflite, d.tflite.table)
+        assert all(callable(getattr(cls, g)) for _, getter, _ in d.tflite.fields
+                   for g in (getter if isinstance(getter, tuple) else (getter,)))
+
+
+def test_the_lce_reader_takes_its_op_lists_from_the_registry():
+    from edge_sdk.models import lce
+
+    assert set(lce.LCE_OPS) == set(lce_registry.kinds(custom=True)) == {
+        "LceQuantize", "LceDequantize", "LceBconv2d", "LceBMaxPool2d"}
+    assert set(lce.BUILTINS) == set(lce_registry.kinds(custom=False))
+
+
+def test_refusal_rules_accept_only_their_values():
+    """The entries' refusals as the readers apply them (int8 DEPTHWISE_CONV_2D, LCE DEPTHWISE_CONV_2D): a dilated
+    or multiplied depthwise conv is a ModelError naming the op; the accepted values, as tuples or lists, pass."""
+    from edge_sdk.errors import ModelError
+    from edge_sdk.models.tflite_int8_ops import refused
+
+    (rule,) = registry.OPS["DEPTHWISE_CONV_2D"].refuse
+    for ok in ({"dilation": (1, 1)}, {"dilation": [1, 1]}, {}):
+        refused(ok, "m.tflite: op 3 (DEPTHWISE_CONV_2D)", rule)
+    with pytest.raises(ModelError, match=r"op 3 \(DEPTHWISE_CONV_2D\): dilated depthwise convolution"):
+        refused({"dilation": (2, 2)}, "m.tflite: op 3 (DEPTHWISE_CONV_2D)", rule)
+    lce_rules = lce_registry.OPS["DEPTHWISE_CONV_2D"].refuse
+    with pytest.raises(ModelError, match="multiplier > 1"):
+        for r in lce_rules:
+            refused({"dilation": (1, 1), "depth_multiplier": 2}, "m.tflite: op 0 (DEPTHWISE_CONV_2D)", r)
+    for r in lce_rules:
+        refused({"dilation": (1, 1), "depth_multiplier": 0}, "m.tflite: op 0 (DEPTHWISE_CONV_2D)", r)
+    (slice_rule, *_) = registry.OPS["STRIDED_SLICE"].refuse  # (option, message): refused whenever set
+    refused({"ellipsis_mask": 0}, "w", slice_rule)
+    with pytest.raises(ModelError, match="ellipsis"):
+        refused({"ellipsis_mask": 1}, "w", slice_rule)

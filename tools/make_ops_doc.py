@@ -26,17 +26,22 @@ OPSETS = range(13, 19)
 
 
 def _tested() -> dict[str, set[str]]:
-    """Op names per kind ('tflite', 'onnx') in the committed test models (every .tflite and .onnx file)."""
+    """Op names per kind ('tflite', 'onnx', 'lce') in the committed test models (every .tflite and .onnx file)."""
     import onnx
     import tflite
 
     names = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
-    seen: dict[str, set[str]] = {"tflite": set(), "onnx": set()}
+    seen: dict[str, set[str]] = {"tflite": set(), "onnx": set(), "lce": set()}
     for path in sorted(REPO.glob("tests/data/**/*.tflite")):
         m = tflite.Model.GetRootAsModel(path.read_bytes(), 0)
+        ops = set()
         for i in range(m.OperatorCodesLength()):
             c = m.OperatorCodes(i)
             seen["tflite"].add(names.get(max(c.BuiltinCode(), c.DeprecatedBuiltinCode()), "CUSTOM"))
+            custom = c.CustomCode().decode() if c.CustomCode() else ""
+            ops.add(custom or names.get(max(c.BuiltinCode(), c.DeprecatedBuiltinCode()), "CUSTOM"))
+        if any(o.startswith("Lce") for o in ops):  # an LCE file: its ops for the LCE table ('lce')
+            seen["lce"] |= ops
     for path in sorted(REPO.glob("tests/data/**/*.onnx")):
         seen["onnx"].update(n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node)
     return seen
@@ -148,6 +153,20 @@ def _float_acts(tested: dict[str, set[str]]) -> list[str]:
             "|---|---|---|---|---|---|---|---|", *rows, ""]
 
 
+def _lce(tested: set[str]) -> list[str]:
+    """The LCE importer's ops (edge_sdk.graph.ops.lce), one row each."""
+    from edge_sdk.graph.ops import lce
+
+    rows = []
+    for d in lce.OPS.values():
+        opts = ", ".join(d.required) if d.custom else ", ".join(k for k, _, _ in d.tflite.fields) if d.tflite else ""
+        rows.append(f"| {d.kind}{' *' if d.kind in tested else ''} | {'Larq custom' if d.custom else 'builtin'} | "
+                    f"{opts} | `{_short(d.reference)}` | `{_short(d.kernel)}` | {d.doc} |")
+    return ["Each op an LCE file may hold is one entry in `edge_sdk/graph/ops/lce.py` (options read, numpy",
+            "reference, Relax emitter); any other op is an error naming it, its index and the file (exit code 4):",
+            "", "| op | kind | options | numpy reference | emitter | |", "|---|---|---|---|---|---|", *rows, ""]
+
+
 def render() -> str:
     from edge_sdk.models.lce import LCE_OPS
     from edge_sdk.models.tflite_int8 import SUPPORTED
@@ -177,7 +196,7 @@ def render() -> str:
              "(a graph with any other is an error naming it):", "", hdr, *_cols(_reference_ops(), set()), "",
              "## bitserial (w1a1, w1a2, w2a2 ...)", "",
              "The zoo's binarized ResNet18 / MobileNet (first and last layer in higher precision), and Larq",
-             f"Compute Engine .tflite files with {', '.join(LCE_OPS)} (w1a1).", ""]
+             f"Compute Engine .tflite files with {', '.join(LCE_OPS)} (w1a1).", "", *_lce(tested["lce"])]
     return "\n".join(lines)
 
 

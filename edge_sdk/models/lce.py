@@ -27,12 +27,13 @@ import numpy as np
 
 from edge_sdk.errors import ModelError
 from edge_sdk.graph.lce import ACTIVATIONS, LceGraph, LceOp
+from edge_sdk.graph.ops import lce as registry
 from edge_sdk.graph.lce import bconv_geometry as bconv_geometry, pads as pads  # compiler/bitserial/lce.py
 from edge_sdk.models.base import Model, Preprocess, model_name
+from edge_sdk.models.tflite_int8_ops import read_options, refused
 
-LCE_OPS = ("LceQuantize", "LceDequantize", "LceBconv2d", "LceBMaxPool2d")
-BUILTINS = ("CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "MAX_POOL_2D", "AVERAGE_POOL_2D", "MEAN", "FULLY_CONNECTED",
-            "SOFTMAX", "RESHAPE", "RELU", "RELU6", "PAD")
+LCE_OPS = registry.kinds(custom=True)  # LceQuantize, LceDequantize, LceBconv2d, LceBMaxPool2d: graph/ops/lce.py
+BUILTINS = registry.kinds(custom=False)  # the float builtins around them, registered there too
 _TYPES = {0: np.float32, 2: np.int32, 3: np.uint8, 4: np.int64, 9: np.int8}
 
 
@@ -55,42 +56,13 @@ def _activation(code: int, where: str):
     return ACTIVATIONS[code]
 
 
-def _builtin_options(tfl, op, kind: str, where: str) -> dict:
-    import tflite
-
-    table = op.BuiltinOptions()
-    if table is None:
-        return {}
-
-    def read(cls):
-        o = cls()
-        o.Init(table.Bytes, table.Pos)
-        return o
-
-    if kind == "CONV_2D":
-        o = read(tflite.Conv2DOptions)
-        if o.DilationHFactor() != 1 or o.DilationWFactor() != 1:
-            raise ModelError(f"{where}: dilated CONV_2D is not supported")
-        return dict(padding=o.Padding(), stride=(o.StrideH(), o.StrideW()), act=o.FusedActivationFunction())
-    if kind == "DEPTHWISE_CONV_2D":
-        o = read(tflite.DepthwiseConv2DOptions)
-        if o.DilationHFactor() != 1 or o.DilationWFactor() != 1 or o.DepthMultiplier() not in (0, 1):
-            raise ModelError(f"{where}: dilated or multiplier > 1 DEPTHWISE_CONV_2D is not supported")
-        return dict(padding=o.Padding(), stride=(o.StrideH(), o.StrideW()), act=o.FusedActivationFunction())
-    if kind in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
-        o = read(tflite.Pool2DOptions)
-        return dict(padding=o.Padding(), stride=(o.StrideH(), o.StrideW()),
-                    filter=(o.FilterHeight(), o.FilterWidth()), act=o.FusedActivationFunction())
-    if kind == "ADD":
-        return dict(act=read(tflite.AddOptions).FusedActivationFunction())
-    if kind == "FULLY_CONNECTED":
-        o = read(tflite.FullyConnectedOptions)
-        return dict(act=o.FusedActivationFunction(), keep_dims=bool(o.KeepNumDims()))
-    if kind == "MEAN":
-        return dict(keep_dims=bool(read(tflite.ReducerOptions).KeepDims()))
-    if kind == "SOFTMAX":
-        return dict(beta=float(read(tflite.SoftmaxOptions).Beta()))
-    return {}
+def _builtin_options(op, kind: str, where: str) -> dict:
+    """A builtin's options as its graph/ops/lce entry reads them, refusing what the entry refuses."""
+    d = registry.of(kind)
+    opts = read_options(op, d.tflite)
+    for rule in d.refuse:
+        refused(opts, where, rule)
+    return opts
 
 
 def read_lce(path: Path) -> LceGraph:
@@ -129,10 +101,11 @@ def read_lce(path: Path) -> LceGraph:
         custom = oc.CustomCode()
         kind = custom.decode() if custom else names.get(max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode()), "?")
         where = f"{path}: op {k} ({kind})"
-        if kind not in LCE_OPS + BUILTINS:
-            raise ModelError(f"{where} is not supported by the LCE importer (supported: {', '.join(LCE_OPS + BUILTINS)})")
+        d = registry.of(kind)
+        if d is None or d.custom != bool(custom):
+            raise ModelError(f"{where} is not supported by the LCE importer (supported: {', '.join(registry.kinds())})")
         opts = (flexbuffers.Loads(op.CustomOptionsAsNumpy().tobytes()) if custom and op.CustomOptionsLength()
-                else _builtin_options(m, op, kind, where) if not custom else {})
+                else _builtin_options(op, kind, where) if not custom else {})
         o = LceOp(kind, [int(i) for i in op.InputsAsNumpy()], [int(i) for i in op.OutputsAsNumpy()], dict(opts))
         _check_op(o, where, shapes, channels)
         ops.append(o)
@@ -151,15 +124,13 @@ def _check_op(o: LceOp, where: str, shapes: dict, channels: dict) -> None:
         channels[o.outputs[0]] = shapes[o.inputs[0]][-1]
     elif o.kind == "LceBMaxPool2d":
         channels[o.outputs[0]] = channels[o.inputs[0]]
-    elif o.kind == "LceDequantize":
-        if shapes[o.outputs[0]][-1] != channels.get(o.inputs[0]):
-            raise ModelError(f"{where}: output channels do not match its packed input")
-    elif o.kind == "LceBconv2d":
+    elif o.kind == "LceDequantize" and shapes[o.outputs[0]][-1] != channels.get(o.inputs[0]):
+        raise ModelError(f"{where}: output channels do not match its packed input")
+    for key in registry.of(o.kind).required:
+        if key not in o.options:
+            raise ModelError(f"{where}: option '{key}' missing from its flexbuffer options")
+    if o.kind == "LceBconv2d":
         opts = o.options
-        for key in ("channels_in", "stride_height", "stride_width", "padding", "pad_values",
-                    "dilation_height_factor", "dilation_width_factor", "fused_activation_function"):
-            if key not in opts:
-                raise ModelError(f"{where}: option '{key}' missing from its flexbuffer options")
         if opts["dilation_height_factor"] != 1 or opts["dilation_width_factor"] != 1:
             raise ModelError(f"{where}: dilated binary convolutions are not supported")
         fo, kh, kw, cw = shapes[o.inputs[1]]
@@ -167,10 +138,10 @@ def _check_op(o: LceOp, where: str, shapes: dict, channels: dict) -> None:
             raise ModelError(f"{where}: grouped binary convolutions are not supported")
         if opts["pad_values"] not in (0, 1):
             raise ModelError(f"{where}: pad_values {opts['pad_values']} is not 0 or 1")
-        _activation(opts["fused_activation_function"], where)
         channels[o.outputs[0]] = fo
-    elif o.kind in ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "ADD", "FULLY_CONNECTED"):
-        _activation(o.options.get("act", 0), where)
+    act = registry.of(o.kind).act  # the option holding the op's fused activation, if it has one
+    if act is not None:
+        _activation(o.options.get(act, 0), where)
 
 
 # ---- the Model --------------------------------------------------------------------------------

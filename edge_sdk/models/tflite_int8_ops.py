@@ -23,9 +23,13 @@ def data_inputs(op) -> list[int]:
 
 def options(op, kind: str) -> dict:
     """The builtin options of a registered op as a plain dict (its entry's `tflite` fields)."""
+    return read_options(op, registry.of(kind).tflite)
+
+
+def read_options(op, spec) -> dict:
+    """A flatbuffer operator's builtin options as the TfliteOptions `spec` names them ({} without either)."""
     import tflite
 
-    spec = registry.of(kind).tflite
     if spec is None or op.BuiltinOptions() is None:
         return {}
     o = getattr(tflite, spec.table)()
@@ -52,11 +56,13 @@ def _weights(g, op, where: str) -> None:
         raise ModelError(f"{where}: weights '{w.name}' have a non-zero zero point")
 
 
-def _refused(op, where: str, rule: tuple) -> None:
-    key, message, *accepted = rule  # (option, message): refused when set; (.., value): unless it is that value
-    value = op.opts.get(key)
+def refused(opts: dict, where: str, rule: tuple) -> None:
+    """A ModelError when an option breaks the rule: (option, message) refuses it when set, (option, message,
+    accepted values) any other value (lists compare as tuples)."""
+    key, message, *accepted = rule
+    value = opts.get(key)
     if accepted:
-        bad = value is not None and tuple(value) != tuple(accepted[0])
+        bad = value is not None and (tuple(value) if isinstance(value, list | tuple) else value) not in accepted[0]
     else:
         bad = bool(value)
     if bad:
@@ -76,7 +82,7 @@ def validate(g, op, where: str) -> None:
     if d.weights:
         _weights(g, op, where)
     for rule in d.refuse:
-        _refused(op, where, rule)
+        refused(op.opts, where, rule)
     for i in op.inputs[1:]:
         t = g.tensors[i] if i >= 0 else None
         if d.const_operands and t is not None and t.data is None:

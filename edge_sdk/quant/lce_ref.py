@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from edge_sdk.errors import ModelError
 from edge_sdk.graph.lce import ACTIVATIONS, LceGraph, bconv_geometry, pads
+from edge_sdk.graph.ops import lce as registry
 
 
 def _conv(x, w, stride, pad, *, fill=0.0, depthwise=False):
@@ -44,62 +46,97 @@ def _act(x, code):
     return np.clip(x, lo, np.inf if hi is None else hi)
 
 
+# ---- each op's reference (graph/ops/lce.py entries name them): f(g, op, env) -> array -------------------
+
+def quantize(g: LceGraph, op, env: dict):
+    return np.where(env[op.inputs[0]] < 0, -1, 1)
+
+
+def dequantize(g: LceGraph, op, env: dict):
+    return env[op.inputs[0]].astype(np.float64)
+
+
+def bmaxpool(g: LceGraph, op, env: dict):
+    a, o = env[op.inputs[0]], op.options
+    f, s = (o["filter_height"], o["filter_width"]), (o["stride_height"], o["stride_width"])
+    return _pool(a.astype(np.float64), f, s, pads(op, a.shape, f, s, o["padding"]), "max").astype(np.int64)
+
+
+def bconv2d(g: LceGraph, op, env: dict):
+    a, o = env[op.inputs[0]], op.options
+    w, stride, pad, kk = bconv_geometry(g, op)
+    v = np.rint(_conv(a, w, stride, pad, fill=float(o["pad_values"]))).astype(np.int64)
+    if g.dtypes[op.outputs[0]] == "int32":
+        thr = g.const(op.inputs[4], op, "thresholds").astype(np.int64)
+        return np.where((kk - v) // 2 > thr, -1, 1)
+    mult = g.const(op.inputs[2], op, "post_activation_multiplier").astype(np.float64)
+    bias = g.const(op.inputs[3], op, "post_activation_bias").astype(np.float64)
+    return _act(v.astype(np.float64), o["fused_activation_function"]) * mult + bias
+
+
+def conv2d(g: LceGraph, op, env: dict):
+    """CONV_2D and DEPTHWISE_CONV_2D."""
+    a, o, k = env[op.inputs[0]], op.options, op.kind
+    w = g.const(op.inputs[1], op, "the filter").astype(np.float64)
+    w = w.transpose(1, 2, 3, 0) if k == "CONV_2D" else w[0]  # OHWI -> HWIO; (1, KH, KW, C) -> (KH, KW, C)
+    pad = pads(op, a.shape, w.shape[:2], o["stride"], o["padding"])
+    y = _conv(a, w, o["stride"], pad, depthwise=k == "DEPTHWISE_CONV_2D")
+    if len(op.inputs) > 2 and op.inputs[2] >= 0:
+        y = y + g.const(op.inputs[2], op, "the bias")
+    return _act(y, o["act"])
+
+
+def pool(g: LceGraph, op, env: dict):
+    a, o = env[op.inputs[0]], op.options
+    return _act(_pool(a, o["filter"], o["stride"], pads(op, a.shape, o["filter"], o["stride"], o["padding"]),
+                      "max" if op.kind == "MAX_POOL_2D" else "mean"), o["act"])
+
+
+def add(g: LceGraph, op, env: dict):
+    return _act(env[op.inputs[0]] + _value(g, env, op.inputs[1]), op.options["act"])
+
+
+def mean(g: LceGraph, op, env: dict):
+    axes = tuple(int(v) for v in np.atleast_1d(g.const(op.inputs[1], op, "the axes")))
+    return env[op.inputs[0]].mean(axis=axes, keepdims=op.options["keep_dims"])
+
+
+def fully_connected(g: LceGraph, op, env: dict):
+    w = g.const(op.inputs[1], op, "the weights").astype(np.float64)
+    y = env[op.inputs[0]].reshape(-1, w.shape[1]) @ w.T
+    if len(op.inputs) > 2 and op.inputs[2] >= 0:
+        y = y + g.const(op.inputs[2], op, "the bias")
+    return _act(y, op.options["act"]).reshape(g.shapes[op.outputs[0]])
+
+
+def softmax(g: LceGraph, op, env: dict):
+    z = env[op.inputs[0]] * op.options.get("beta", 1.0)
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def reshape(g: LceGraph, op, env: dict):
+    return env[op.inputs[0]].reshape(g.shapes[op.outputs[0]])
+
+
+def relu(g: LceGraph, op, env: dict):
+    """RELU and RELU6."""
+    return np.clip(env[op.inputs[0]], 0, 6 if op.kind == "RELU6" else np.inf)
+
+
+def pad(g: LceGraph, op, env: dict):
+    return np.pad(env[op.inputs[0]], g.const(op.inputs[1], op, "the paddings").astype(np.int64))
+
+
 def run_reference(g: LceGraph, x: np.ndarray) -> np.ndarray:
-    """The network in numpy: packed tensors are held as +-1 int64 values, float ones in float64."""
+    """The network in numpy: packed tensors are held as +-1 int64 values, float ones in float64; each op by
+    its graph/ops/lce.py entry's reference."""
     env = {g.input: np.asarray(x, np.float64)}
     for op in g.ops:
-        a = env[op.inputs[0]]
-        o, k = op.options, op.kind
-        if k == "LceQuantize":
-            y = np.where(a < 0, -1, 1)
-        elif k == "LceDequantize":
-            y = a.astype(np.float64)
-        elif k == "LceBMaxPool2d":
-            f, s = (o["filter_height"], o["filter_width"]), (o["stride_height"], o["stride_width"])
-            y = _pool(a.astype(np.float64), f, s, pads(op, a.shape, f, s, o["padding"]), "max").astype(np.int64)
-        elif k == "LceBconv2d":
-            w, stride, pad, kk = bconv_geometry(g, op)
-            v = np.rint(_conv(a, w, stride, pad, fill=float(o["pad_values"]))).astype(np.int64)
-            if g.dtypes[op.outputs[0]] == "int32":
-                thr = g.const(op.inputs[4], op, "thresholds").astype(np.int64)
-                y = np.where((kk - v) // 2 > thr, -1, 1)
-            else:
-                mult = g.const(op.inputs[2], op, "post_activation_multiplier").astype(np.float64)
-                bias = g.const(op.inputs[3], op, "post_activation_bias").astype(np.float64)
-                y = _act(v.astype(np.float64), o["fused_activation_function"]) * mult + bias
-        elif k in ("CONV_2D", "DEPTHWISE_CONV_2D"):
-            w = g.const(op.inputs[1], op, "the filter").astype(np.float64)
-            w = w.transpose(1, 2, 3, 0) if k == "CONV_2D" else w[0]  # OHWI -> HWIO; (1, KH, KW, C) -> (KH, KW, C)
-            pad = pads(op, a.shape, w.shape[:2], o["stride"], o["padding"])
-            y = _conv(a, w, o["stride"], pad, depthwise=k == "DEPTHWISE_CONV_2D")
-            if len(op.inputs) > 2 and op.inputs[2] >= 0:
-                y = y + g.const(op.inputs[2], op, "the bias")
-            y = _act(y, o["act"])
-        elif k in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
-            y = _act(_pool(a, o["filter"], o["stride"], pads(op, a.shape, o["filter"], o["stride"], o["padding"]),
-                           "max" if k == "MAX_POOL_2D" else "mean"), o["act"])
-        elif k == "ADD":
-            y = _act(a + _value(g, env, op.inputs[1]), o["act"])
-        elif k == "MEAN":
-            axes = tuple(int(v) for v in np.atleast_1d(g.const(op.inputs[1], op, "the axes")))
-            y = a.mean(axis=axes, keepdims=o["keep_dims"])
-        elif k == "FULLY_CONNECTED":
-            w = g.const(op.inputs[1], op, "the weights").astype(np.float64)
-            y = a.reshape(-1, w.shape[1]) @ w.T
-            if len(op.inputs) > 2 and op.inputs[2] >= 0:
-                y = y + g.const(op.inputs[2], op, "the bias")
-            y = _act(y, o["act"]).reshape(g.shapes[op.outputs[0]])
-        elif k == "SOFTMAX":
-            z = a * o.get("beta", 1.0)
-            e = np.exp(z - z.max(axis=-1, keepdims=True))
-            y = e / e.sum(axis=-1, keepdims=True)
-        elif k == "RESHAPE":
-            y = a.reshape(g.shapes[op.outputs[0]])
-        elif k in ("RELU", "RELU6"):
-            y = np.clip(a, 0, 6 if k == "RELU6" else np.inf)
-        elif k == "PAD":
-            y = np.pad(a, g.const(op.inputs[1], op, "the paddings").astype(np.int64))
-        env[op.outputs[0]] = y
+        d = registry.of(op.kind)
+        if d is None:
+            raise ModelError(f"{g.path}: op {op.kind} has no numpy reference")
+        env[op.outputs[0]] = registry.resolve(d.reference)(g, op, env)
     return env[g.output].astype(np.float32)
 
 

@@ -15,6 +15,7 @@ Mapping (bit convention: ours, bit 1 = +1; LCE's is the opposite, see models/lce
   LceDequantize   unpack, 2 * code - 1 in float32
   builtins        Relax ops (conv2d, depthwise, pools, add, mean, matmul, softmax, reshape, relu, pad);
                   compile_relax schedules the float ones with our float kernels.
+Each op is emitted by the function its graph/ops/lce.py entry names (below _Emitter).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from edge_sdk.compiler.bitserial import io, kernels as ops
 from edge_sdk.errors import CompileError, UsageError
+from edge_sdk.graph.ops import lce as registry
 from edge_sdk.models.lce import ACTIVATIONS, LceGraph, bconv_geometry, pads
 from edge_sdk.quant.bitserial import pack_conv_weights
 from edge_sdk.variants import LCE_VARIANTS
@@ -145,63 +147,100 @@ class _Emitter:
         self.names[var.name] = f"bconv{k}"
         return var
 
-    def builtin(self, op):
-        g, o, rop, bb = self.g, op.options, self.relax.op, self.bb
-        a, kind, in_shape = self.env.get(op.inputs[0]), op.kind, g.shapes[op.inputs[0]]
-        if kind in ("CONV_2D", "DEPTHWISE_CONV_2D"):
-            w = g.const(op.inputs[1], op, "the filter").astype(np.float32)
-            dw = kind == "DEPTHWISE_CONV_2D"
-            w = w.transpose(1, 2, 0, 3) if dw else w.transpose(1, 2, 3, 0)  # -> HWIO ((KH, KW, 1, C) depthwise)
-            pad = pads(op, in_shape, w.shape[:2], o["stride"], o["padding"])
-            y = bb.emit(rop.nn.conv2d(a, self.const(w), strides=o["stride"], padding=pad, data_layout="NHWC",
-                                      kernel_layout="HWIO", groups=in_shape[3] if dw else 1))
-            if len(op.inputs) > 2 and op.inputs[2] >= 0:
-                y = bb.emit(rop.add(y, self.const(g.consts[op.inputs[2]], "float32")))
-            return self.act(y, o["act"])
-        if kind in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
-            pad = pads(op, in_shape, o["filter"], o["stride"], o["padding"])
-            f = rop.nn.max_pool2d if kind == "MAX_POOL_2D" else rop.nn.avg_pool2d
-            extra = {} if kind == "MAX_POOL_2D" else {"count_include_pad": False}
-            return self.act(bb.emit(f(a, o["filter"], o["stride"], padding=pad, layout="NHWC", **extra)), o["act"])
-        if kind == "ADD":
-            return self.act(bb.emit(rop.add(self.value(op.inputs[0]), self.value(op.inputs[1]))), o["act"])
-        if kind == "MEAN":
-            axes = [int(v) for v in np.atleast_1d(g.const(op.inputs[1], op, "the axes"))]
-            return bb.emit(rop.mean(a, axis=axes, keepdims=o["keep_dims"]))
-        if kind == "FULLY_CONNECTED":
-            w = g.const(op.inputs[1], op, "the weights").astype(np.float32)
-            y = bb.emit(rop.matmul(bb.emit(rop.reshape(a, (-1, w.shape[1]))), self.const(w.T)))
-            if len(op.inputs) > 2 and op.inputs[2] >= 0:
-                y = bb.emit(rop.add(y, self.const(g.consts[op.inputs[2]], "float32")))
-            return bb.emit(rop.reshape(self.act(y, o["act"]), g.shapes[op.outputs[0]]))
-        if kind == "SOFTMAX":
-            if o.get("beta", 1.0) != 1.0:
-                a = bb.emit(rop.multiply(a, self.relax.const(o["beta"], "float32")))
-            return bb.emit(rop.nn.softmax(a, axis=-1))
-        if kind == "RESHAPE":
-            return bb.emit(rop.reshape(a, g.shapes[op.outputs[0]]))
-        if kind in ("RELU", "RELU6"):
-            return bb.emit(rop.nn.relu(a) if kind == "RELU" else rop.clip(a, 0.0, 6.0))
-        if kind == "PAD":
-            p = g.const(op.inputs[1], op, "the paddings").astype(np.int64)
-            return bb.emit(rop.nn.pad(a, [int(v) for v in p.reshape(-1)]))
-        raise CompileError(f"{g.path}: op {op.kind} has no lowering")
-
     def op(self, k: int, op):
-        o, g = op.options, self.g
-        if op.kind == "LceQuantize":
-            return self.bb.emit_te(_sign_pack, self.env[op.inputs[0]], primfunc_name_hint="lce_quantize")
-        if op.kind == "LceDequantize":
-            return self.bb.emit_te(_dequant, self.env[op.inputs[0]], channels=g.channels[op.inputs[0]],
-                                   primfunc_name_hint="lce_dequantize")
-        if op.kind == "LceBMaxPool2d":
-            f, s = (o["filter_height"], o["filter_width"]), (o["stride_height"], o["stride_width"])
-            pad = pads(op, g.shapes[op.inputs[0]], f, s, o["padding"])
-            return self.bb.emit_te(_bmaxpool, self.env[op.inputs[0]], k=f, stride=s, pad=pad,
-                                   out_hw=g.shapes[op.outputs[0]][1:3], primfunc_name_hint="lce_bmaxpool")
-        if op.kind == "LceBconv2d":
-            return self.bconv(k, op)
-        return self.builtin(op)
+        """One op by its graph/ops/lce.py entry's emitter."""
+        d = registry.of(op.kind)
+        if d is None:
+            raise CompileError(f"{self.g.path}: op {op.kind} has no lowering")
+        return registry.resolve(d.kernel)(self, k, op)
+
+
+# ---- each op's emitter (graph/ops/lce.py entries name them): f(em, k, op) -> relax value -------------------
+
+def quantize(em: _Emitter, k: int, op):
+    return em.bb.emit_te(_sign_pack, em.env[op.inputs[0]], primfunc_name_hint="lce_quantize")
+
+
+def dequantize(em: _Emitter, k: int, op):
+    return em.bb.emit_te(_dequant, em.env[op.inputs[0]], channels=em.g.channels[op.inputs[0]],
+                         primfunc_name_hint="lce_dequantize")
+
+
+def bmaxpool(em: _Emitter, k: int, op):
+    o, g = op.options, em.g
+    f, s = (o["filter_height"], o["filter_width"]), (o["stride_height"], o["stride_width"])
+    pad = pads(op, g.shapes[op.inputs[0]], f, s, o["padding"])
+    return em.bb.emit_te(_bmaxpool, em.env[op.inputs[0]], k=f, stride=s, pad=pad,
+                         out_hw=g.shapes[op.outputs[0]][1:3], primfunc_name_hint="lce_bmaxpool")
+
+
+def bconv2d(em: _Emitter, k: int, op):
+    return em.bconv(k, op)
+
+
+def conv2d(em: _Emitter, k: int, op):
+    """CONV_2D and DEPTHWISE_CONV_2D as a float Relax conv2d (NHWC, HWIO)."""
+    g, o, rop, bb = em.g, op.options, em.relax.op, em.bb
+    in_shape = g.shapes[op.inputs[0]]
+    w = g.const(op.inputs[1], op, "the filter").astype(np.float32)
+    dw = op.kind == "DEPTHWISE_CONV_2D"
+    w = w.transpose(1, 2, 0, 3) if dw else w.transpose(1, 2, 3, 0)  # -> HWIO ((KH, KW, 1, C) depthwise)
+    pad = pads(op, in_shape, w.shape[:2], o["stride"], o["padding"])
+    y = bb.emit(rop.nn.conv2d(em.env.get(op.inputs[0]), em.const(w), strides=o["stride"], padding=pad,
+                              data_layout="NHWC", kernel_layout="HWIO", groups=in_shape[3] if dw else 1))
+    if len(op.inputs) > 2 and op.inputs[2] >= 0:
+        y = bb.emit(rop.add(y, em.const(g.consts[op.inputs[2]], "float32")))
+    return em.act(y, o["act"])
+
+
+def pool(em: _Emitter, k: int, op):
+    o, rop = op.options, em.relax.op
+    pad = pads(op, em.g.shapes[op.inputs[0]], o["filter"], o["stride"], o["padding"])
+    f = rop.nn.max_pool2d if op.kind == "MAX_POOL_2D" else rop.nn.avg_pool2d
+    extra = {} if op.kind == "MAX_POOL_2D" else {"count_include_pad": False}
+    y = em.bb.emit(f(em.env.get(op.inputs[0]), o["filter"], o["stride"], padding=pad, layout="NHWC", **extra))
+    return em.act(y, o["act"])
+
+
+def add(em: _Emitter, k: int, op):
+    y = em.bb.emit(em.relax.op.add(em.value(op.inputs[0]), em.value(op.inputs[1])))
+    return em.act(y, op.options["act"])
+
+
+def mean(em: _Emitter, k: int, op):
+    axes = [int(v) for v in np.atleast_1d(em.g.const(op.inputs[1], op, "the axes"))]
+    return em.bb.emit(em.relax.op.mean(em.env.get(op.inputs[0]), axis=axes, keepdims=op.options["keep_dims"]))
+
+
+def dense(em: _Emitter, k: int, op):
+    g, rop, bb = em.g, em.relax.op, em.bb
+    w = g.const(op.inputs[1], op, "the weights").astype(np.float32)
+    y = bb.emit(rop.matmul(bb.emit(rop.reshape(em.env.get(op.inputs[0]), (-1, w.shape[1]))), em.const(w.T)))
+    if len(op.inputs) > 2 and op.inputs[2] >= 0:
+        y = bb.emit(rop.add(y, em.const(g.consts[op.inputs[2]], "float32")))
+    return bb.emit(rop.reshape(em.act(y, op.options["act"]), g.shapes[op.outputs[0]]))
+
+
+def softmax(em: _Emitter, k: int, op):
+    a, o, rop = em.env.get(op.inputs[0]), op.options, em.relax.op
+    if o.get("beta", 1.0) != 1.0:
+        a = em.bb.emit(rop.multiply(a, em.relax.const(o["beta"], "float32")))
+    return em.bb.emit(rop.nn.softmax(a, axis=-1))
+
+
+def reshape(em: _Emitter, k: int, op):
+    return em.bb.emit(em.relax.op.reshape(em.env.get(op.inputs[0]), em.g.shapes[op.outputs[0]]))
+
+
+def relu(em: _Emitter, k: int, op):
+    """RELU and RELU6."""
+    a, rop = em.env.get(op.inputs[0]), em.relax.op
+    return em.bb.emit(rop.nn.relu(a) if op.kind == "RELU" else rop.clip(a, 0.0, 6.0))
+
+
+def pad(em: _Emitter, k: int, op):
+    p = em.g.const(op.inputs[1], op, "the paddings").astype(np.int64)
+    return em.bb.emit(em.relax.op.nn.pad(em.env.get(op.inputs[0]), [int(v) for v in p.reshape(-1)]))
 
 
 def emit_lce(g: LceGraph, *, arch: str | None, glue: str = "fused"):

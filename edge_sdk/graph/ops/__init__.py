@@ -49,8 +49,8 @@ class OpDef:
     data_inputs: str = "first"  # which inputs carry int8 data: "first", "all" (>= 0), "second" (SPLIT)
     same_quant: bool = False  # one scale / zero point for data inputs and outputs (values are moved, not computed)
     const_operands: bool = False  # the inputs after the first (shapes, indices, sizes) must be constants
-    # (option, message with {value}[, the one value accepted]): a ModelError when the option is set (or, with
-    # a third element, when it is not that value)
+    # (option, message with {value}[, the values accepted]): a ModelError when the option is set (or, with
+    # a third element, when it is none of those values)
     refuse: tuple[tuple, ...] = ()
     weights: bool = False  # input 1 is the weights: constant int8 with zero zero points (conv, depthwise, dense)
     int8_io: bool = True  # inputs and outputs are int8 (False: QUANTIZE / DEQUANTIZE convert float or rescale)

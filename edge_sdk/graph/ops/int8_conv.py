@@ -23,7 +23,7 @@ register(OpDef("CONV_2D", "conv", _REF + "conv2d", _KERNEL + "conv2d", tflite=Tf
                weights=True, doc="OHWI weights, the kernels.conv2d GEMM"))
 register(OpDef("DEPTHWISE_CONV_2D", "conv", _REF + "depthwise_conv2d", _KERNEL + "depthwise",
                tflite=TfliteOptions("DepthwiseConv2DOptions", _WINDOW + (("depth_multiplier", "DepthMultiplier", int),)),
-               weights=True, refuse=(("dilation", "dilated depthwise convolution is not supported", (1, 1)),),
+               weights=True, refuse=(("dilation", "dilated depthwise convolution is not supported", ((1, 1),)),),
                doc="(1, KH, KW, C*M) weights, any depth multiplier"))
 register(OpDef("FULLY_CONNECTED", "conv", _REF + "fully_connected", _KERNEL + "dense",
                tflite=TfliteOptions("FullyConnectedOptions", (("act", "FusedActivationFunction", int),
