@@ -101,7 +101,7 @@ def test_reduced_demo_from_the_installed_wheel(installed, tmp_path):
     cli, work, env = installed["bin"] / "edge-sdk", installed["work"], installed["env"]
     db, html = tmp_path / "results.sqlite", tmp_path / "dash.html"
     p = _run([cli, "demo", "--alpha", "0.25", "--resolution", "64", "--classes", "10", "--frames", "2",
-              "--accuracy-images", "0", "--db", db, "--dashboard", html, "--json"],  # packages: $EDGE_SDK_CACHE/demo
+              "--accuracy-images", "0", "--no-ablation", "--db", db, "--dashboard", html, "--json"],  # packages: $EDGE_SDK_CACHE/demo
              cwd=work, env=env, timeout=3600)
     doc = json.loads(p.stdout[p.stdout.index('{\n  "latency"'):])
     rows = doc["latency"]
