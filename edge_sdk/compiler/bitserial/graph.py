@@ -31,6 +31,8 @@ from edge_sdk.errors import CompileError
 from edge_sdk.models.binarized import DwPw
 from edge_sdk.quant.bitserial import pack_conv_weights
 
+DW_BAND_BYTES = 192 * 1024  # graph._Emitter.dw_packed: a band's float depthwise input, kept in L2
+
 
 class _Emitter:
     def __init__(self, net, target, *, glue: str):
@@ -216,21 +218,44 @@ class _Emitter:
     def dequant(self, q):
         return self.bb.emit(self.relax.op.multiply(q, self.relax.const(self.net.step, "float32")))
 
-    def dw_pw(self, b, v, last: bool):
-        """MobileNet layer: float depthwise + BN + ReLU on values v, quantize+pack, bitserial pointwise.
-        Returns (packed codes of the output when last, else None; its dequantized values when not last)."""
-        op, d = self.relax.op, b.dw
-        c = d.weight.shape[2]
-        y = self.bb.emit(op.nn.conv2d(v, self.const(d.weight.reshape(3, 3, 1, c)), strides=d.stride, padding=d.pad,
+    def dw_float(self, d, v, pad):
+        """Float depthwise + BN + ReLU on values v."""
+        op, c = self.relax.op, d.weight.shape[2]
+        y = self.bb.emit(op.nn.conv2d(v, self.const(d.weight.reshape(3, 3, 1, c)), strides=d.stride, padding=pad,
                                       groups=c, data_layout="NHWC", kernel_layout="HWIO"), name_hint=d.name)
-        y = self.bb.emit(op.nn.relu(self.bb.emit(op.add(y, self.const(d.bias)), name_hint=f"{d.name}_bias")),
-                         name_hint=f"{d.name}_relu")
-        p = self.quantize_pack(y)
+        return self.bb.emit(op.nn.relu(self.bb.emit(op.add(y, self.const(d.bias)), name_hint=f"{d.name}_bias")),
+                            name_hint=f"{d.name}_relu")
+
+    def dw_packed(self, d, p, c: int):
+        """dequant -> depthwise -> quantize+pack from packed codes p, in bands of output rows whose float
+        input (DW_BAND_BYTES) stays in the A53's L2 (a53.py: 512 KB) with its output, the packed bands then
+        joined: the float maps never go to DRAM. Exact: the depthwise's weights are snapped (any order)."""
+        op = self.relax.op
+        _, h, w, _, _ = (int(x) for x in p.ty.shape)
+        oh, s, (top, left, _, right) = d.out_shape[1], d.stride, d.pad  # the bottom pad follows from i1
+        rows = max(1, DW_BAND_BYTES // (w * c * 4 * s))
+        if h * w * c * 4 <= 2 * DW_BAND_BYTES or rows >= oh:
+            return self.quantize_pack(self.dw_float(d, self.unpack_dequant(p, c), d.pad))
+        bands = []
+        for r0 in range(0, oh, rows):
+            r1 = min(oh, r0 + rows)
+            i0, i1 = r0 * s - top, (r1 - 1) * s - top + 3  # the band's input rows (3x3)
+            part = self.bb.emit(op.strided_slice(p, axes=[1], begin=[max(0, i0)], end=[min(h, i1)]))
+            v = self.unpack_dequant(part, c)
+            bands.append(self.quantize_pack(self.dw_float(d, v, (max(0, -i0), left, max(0, i1 - h), right))))
+        return self.bb.emit(op.concat(bands, axis=1), name_hint=f"{d.name}_packed")
+
+    def dw_pw(self, b, v, last: bool):
+        """MobileNet layer: float depthwise + BN + ReLU on values v (or, fused, on (packed codes, channels): see
+        dw_packed), quantize+pack, bitserial pointwise. Returns (packed codes of the output when last, else
+        None; the next layer's input when not last: fused (packed codes, channels), unfused its values)."""
+        d = b.dw
+        p = self.dw_packed(d, *v) if isinstance(v, tuple) else self.quantize_pack(self.dw_float(d, v, d.pad))
         if self.glue == "fused":
             p = self.conv(b.pw, p, glue_out=True)
             if last:
                 return p, None
-            return None, self.unpack_dequant(p, b.pw.out_shape[3])
+            return None, (p, b.pw.out_shape[3])
         q = self.clip(self.float_glue(b.pw, self.conv(b.pw, p, glue_out=False)))
         return (self.pack(q), None) if last else (None, self.dequant(q))
 
