@@ -181,3 +181,27 @@ def test_bad_records_file_is_an_error_naming_it(tmp_path):
     p.write_text('{"format": "nope"}')
     with pytest.raises(ConfigError, match="a53-x-float32.json"):
         R.read_file(p)
+
+
+def test_a_record_made_against_another_rule_is_skipped_with_one_warning(tmp_path, monkeypatch):
+    """A record whose comparison is out of date (the rule's code or the candidate list changed since it was
+    made) is not applied: its winner beat a default that no longer exists. One warning for all of them."""
+    from edge_sdk.targets import get_target
+    from test_choice import _site
+
+    site: Site = _site()
+    wl = R.record_key(site.family, site.workload)["workload"]
+    good = code_hashes(site, ["four_passes"])["four_passes"]
+    rec = {"family": site.family, "workload": wl, "schedule": "four_passes", "code": good, "codes": [good],
+           "max_error": 0.0, "modelled_cycles": 1, "default_cycles": 2, "names": site.candidates()}
+    for name, edit in (("rule", {"default_codes": ["0" * 16]}), ("names", {"names": ["default", "four_passes"]})):
+        R.write_file(tmp_path / name / "a53-test-float32.json", {
+            "format": R.FORMAT, "core": R.CORE, "timing_model": "test", "records": [{**rec, **edit}]})
+        monkeypatch.setenv("EDGE_SDK_CHOICE_RECORDS", str(tmp_path / name))
+        ch = RecordChooser(get_target("pi3"), check=lambda *a: pytest.fail("a stale record is not checked"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ChoiceWarning)
+            assert ch.choose(site) == DEFAULT
+        assert ch.stats["stale"] == 1 and "other kernels" in ch.layers["double0"]["record_skipped"]
+        with pytest.warns(ChoiceWarning, match="1 choice records were made against other kernels"):
+            assert ch.report()["stale"] == 1

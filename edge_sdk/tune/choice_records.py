@@ -77,6 +77,8 @@ class Record:
     max_error: float | None
     timing_model: str
     source: str  # the file it came from
+    default_codes: tuple[str, ...] = ()  # the rule's code it was compared with (empty: not recorded)
+    names: tuple[str, ...] = ()  # the candidates it was chosen among (empty: not recorded)
 
     def to_manifest(self) -> dict:
         return {"file": self.source, "timing_model": self.timing_model, "codes": list(self.codes),
@@ -116,7 +118,8 @@ def _load(core: str, folder: str, stamp: tuple) -> dict[str, Record]:
             out[key_text(r["family"], r["workload"])] = Record(
                 r["family"], r["schedule"], r.get("modelled_cycles"), r.get("default_cycles"),
                 tuple(r.get("codes") or [r["code"]]),
-                r["max_error"], data.get("timing_model", ""), path.name)
+                r["max_error"], data.get("timing_model", ""), path.name, tuple(r.get("default_codes") or ()),
+                tuple(r.get("names") or ()))
     return out
 
 

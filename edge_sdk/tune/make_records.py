@@ -99,11 +99,12 @@ def _merge(chooser, keys: list[str]) -> dict | None:
     win = min(total, key=lambda n: (total[n], n != DEFAULT))
     site = chooser.sites[keys[0]]
     codes = sorted({code_hashes(chooser.sites[k], [win])[win] for k in keys})
+    default_codes = sorted({code_hashes(chooser.sites[k], [DEFAULT])[DEFAULT] for k in keys})
     layers = sorted(name for name, lay in chooser.layers.items() if lay["workload"] in keys)
     n = len(decs)
     return {**record_key(site.family, site.workload), "schedule": win,
             "modelled_cycles": round(total[win] / n), "default_cycles": round(total[DEFAULT] / n) if DEFAULT in total else None,
-            "code": codes[0], "codes": codes, "max_error": max(d["candidates"][win].get("max_error", 0.0) for d in decs),
+            "code": codes[0], "codes": codes, "default_codes": default_codes, "names": site.candidates(), "max_error": max(d["candidates"][win].get("max_error", 0.0) for d in decs),
             "workloads": n, "layers": layers,
             "candidates": {c: round(total[c] / n) for c in sorted(total)},
             "rejected": sorted({c for d in decs for c, v in d.get("candidates", {}).items() if not v.get("ok")})}

@@ -136,6 +136,8 @@ class Chooser:
     def report(self) -> dict:
         from edge_sdk.timing.package_figures import model_version
 
+        if self.records is not None:
+            warn_stale(self.records.stats)
         moved = [v for v in self.layers.values() if v.get("default_cycles") and v.get("modelled_cycles")]
         return {"enabled": True, "mode": "priced", "target": self.target.name, "timing_model": model_version(),
                 **{k: self.stats[k] for k in ("workloads", "priced", "cached", "from_records")},
@@ -157,6 +159,16 @@ def checked_under_qemu(site: Site, schedule: str, code: str, target, *, check, s
         if p.ok or "reference" in p.reason:  # a missing tool here is not remembered as a verdict
             choice_cache.store(ckey, hit)
     return hit
+
+
+STALE = "was chosen against other kernels"
+
+
+def warn_stale(stats: dict) -> None:
+    if stats.get("stale"):
+        warnings.warn(f"{stats['stale']} choice records were made against other kernels (the rule's code or the "
+                      "candidates changed since) and were skipped; re-make them: tools/make_choice_records.py",
+                      ChoiceWarning, stacklevel=3)
 
 
 class RecordChooser:
@@ -181,7 +193,8 @@ class RecordChooser:
         self.layers: dict[str, dict] = {}
         self.decided: dict[str, dict] = {}
         self.used: set[str] = set()  # the records files that served a layer
-        self.stats = {"workloads": 0, "from_records": 0, "rule": 0, "skipped": 0, "checked": 0, "seconds": 0.0}
+        self.stats = {"workloads": 0, "from_records": 0, "rule": 0, "skipped": 0, "stale": 0, "checked": 0,
+                      "seconds": 0.0}
 
     def choose(self, site: Site) -> str:
         key = site.key()
@@ -209,6 +222,9 @@ class RecordChooser:
         if rec is None:
             return {"schedule": DEFAULT, "source": "rule"}
         verified, why = self._verify(site, rec)
+        if why.startswith(STALE):  # one warning for them all at the end (report): the records predate the kernels
+            self.stats["stale"] += 1
+            return {"schedule": DEFAULT, "source": "rule", "record_skipped": f"{rec.schedule}: {why}"}
         if why:
             warnings.warn(f"{site.family} {site.layer or site.key()}: the recorded winner '{rec.schedule}' "
                           f"({rec.source}) {why}; keeping the rule's schedule", ChoiceWarning, stacklevel=4)
@@ -222,11 +238,15 @@ class RecordChooser:
         """(how the recorded winner is known to compute the right thing, "") or ("", why it is skipped)."""
         if rec.schedule == DEFAULT:
             return "the rule's own schedule", ""
-        if rec.schedule not in site.candidates():
+        names = site.candidates()
+        if rec.schedule not in names:
             return "", "is no longer a candidate"
-        h = code_hashes(site, [rec.schedule])[rec.schedule]
+        hashes = code_hashes(site, [rec.schedule, DEFAULT])
+        h = hashes[rec.schedule]
         if h.startswith("error"):
             return "", f"no longer builds ({h.removeprefix('error: ')})"
+        if (rec.names and set(rec.names) != set(names)) or (rec.default_codes and hashes[DEFAULT] not in rec.default_codes):
+            return "", f"{STALE} (the rule's code or the candidate list changed since)"
         if h in rec.codes:
             return f"same code as recorded: matched numpy when priced (max |err| {rec.max_error:.3g})", ""
         hit = checked_under_qemu(site, rec.schedule, h, self.target, check=self.check, stats=self.stats,
@@ -241,10 +261,11 @@ class RecordChooser:
         from edge_sdk.tune import choice_records
 
         moved = [v for v in self.layers.values() if v.get("default_cycles") and v.get("modelled_cycles")]
+        warn_stale(self.stats)
         models = sorted({v["record"]["timing_model"] for v in self.layers.values() if v.get("record")})
         return {"enabled": True, "mode": "records", "target": self.target.name, "timing_model": ", ".join(models),
                 "records": sorted(self.used), "records_digest": choice_records.digest(self.target),
-                **{k: self.stats[k] for k in ("workloads", "from_records", "rule", "skipped", "checked")},
+                **{k: self.stats[k] for k in ("workloads", "from_records", "rule", "skipped", "stale", "checked")},
                 "priced": 0, "cached": 0, "seconds": round(self.stats["seconds"], 1),
                 "changed_layers": sum(1 for v in self.layers.values() if v.get("schedule") != DEFAULT),
                 "saved_cycles_est": round(sum(v["default_cycles"] - v["modelled_cycles"] for v in moved))}
