@@ -67,6 +67,16 @@ def test_the_wheel_carries_what_the_cli_reads_at_run_time(installed):
     where = _run([installed["bin"] / "python", "-c", "import edge_sdk; print(edge_sdk.__file__)"],
                  cwd=installed["work"], env=installed["env"], timeout=60).stdout.strip()
     assert Path(where).is_relative_to(installed["site"]), where  # the wheel's copy, not the checkout's
+    # the shipped per-layer choice records (compile applies them by default on Pi targets), and the installed
+    # package finds them
+    shipped = sorted((ROOT / "edge_sdk/tune/records/choice").glob("*.json"))
+    assert shipped
+    for p in shipped:
+        assert f"edge_sdk/tune/records/choice/{p.name}" in names, p.name
+    n = _run([installed["bin"] / "python", "-c", "from edge_sdk.tune import choice_records as R; "
+              "print(len(R.load('cortex-a53')), R.root())"], cwd=installed["work"], env=installed["env"],
+             timeout=60).stdout.split()
+    assert int(n[0]) > 0 and Path(n[1]).is_relative_to(installed["site"]), n
 
 
 def test_compile_run_and_bench_from_the_installed_wheel(installed):
