@@ -1,12 +1,14 @@
 """The code's shape, enforced: no import circles inside edge_sdk, files <= 400 lines, functions <= 60 lines,
 at most five functions over 8 parameters, library code never imports the CLI, ruff clean.
 
-Read from the source with ast (nothing is imported), so a new circle or an oversized function fails here
+Read from the source with ast (nothing is imported but the op registries' name tables, whose names count as
+imports by their resolvers), so a new circle or an oversized function fails here
 with its file and line, not in a review. ALLOW lists the exceptions, each with its reason.
 """
 from __future__ import annotations
 
 import ast
+import functools
 import shutil
 import subprocess
 import sys
@@ -62,10 +64,17 @@ def _imports(tree: ast.Module, module: str, is_pkg: bool) -> set[str]:
 
 
 def _graph() -> dict[str, set[str]]:
+    """edge_sdk's import graph (module -> the edge_sdk modules it imports); a copy of one parse per test process
+    (four tests read it; parsing every file took 7-17 s of each under load)."""
+    return {m: set(deps) for m, deps in _parsed_graph().items()}
+
+
+@functools.cache
+def _parsed_graph() -> dict[str, set[str]]:
     files = {_module_name(p): p for p in _py_files("edge_sdk")}
     graph = {}
     for mod, p in files.items():
-        deps = _imports(ast.parse(p.read_text()), mod, p.name == "__init__.py")
+        deps = _imports(_tree(p), mod, p.name == "__init__.py")
         # an import of a.b.c also runs a and a.b (their __init__), but a package importing its own
         # submodules is not a circle we care about; keep edges to real modules only.
         graph[mod] = {d for d in deps if d in files and d != mod}
@@ -167,11 +176,16 @@ def test_the_one_way_rule_sees_a_wrong_way_import():
                                          "edge_sdk.quant.x imports edge_sdk.models.y"]
 
 
-def _functions():
-    for p in _py_files(*CHECKED):
-        for node in ast.walk(ast.parse(p.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                yield p, node
+@functools.cache
+def _tree(p: Path) -> ast.Module:
+    """A file's syntax tree, parsed once per test process (several tests walk every file; read-only)."""
+    return ast.parse(p.read_text())
+
+
+@functools.cache
+def _functions() -> tuple:
+    return tuple((p, node) for p in _py_files(*CHECKED) for node in ast.walk(_tree(p))
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
 def test_no_file_over_400_lines():
@@ -238,7 +252,7 @@ def test_no_module_reaches_outside_the_package():
         if rel.startswith("edge_sdk/apps/") or rel in CLIMB_ALLOW:  # apps/: device-side scripts, uploaded as files
             continue
         depth = len(p.relative_to(ROOT).parts)  # edge_sdk/x.py: 2, and .parent.parent (2) is outside edge_sdk/
-        for node in ast.walk(ast.parse(p.read_text())):
+        for node in ast.walk(_tree(p)):
             if isinstance(node, (ast.Attribute, ast.Subscript)) and (n := _climb(node)) is not None and n >= depth:
                 bad.append(f"{rel}:{node.lineno} climbs {n} folders from its file, out of edge_sdk/")
             if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant)

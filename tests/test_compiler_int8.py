@@ -5,6 +5,7 @@ compared with TFLite BUILTIN_REF directly, on the host (TVM VM) and under qemu f
 """
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 
@@ -27,14 +28,22 @@ def _existing(paths):
     return [p for p in paths if p.exists()]
 
 
-def _run_host(path: Path, x: np.ndarray) -> np.ndarray:
-    import tvm
-    from tvm import relax
-
+@functools.cache
+def _host_executable(path: Path):
+    """compile_int8 of a file for the host, once per test process (the same file and target compile to the same
+    executable; test_distance_to_xnnpack runs each model on three inputs, and test_compiled_(bigger_)model on one more: one compile each)."""
     from edge_sdk.compiler.int8.backend import compile_int8
     from edge_sdk.targets import get_target
 
     ex, params, _ = compile_int8(path, get_target("host"))
+    return ex, params
+
+
+def _run_host(path: Path, x: np.ndarray) -> np.ndarray:
+    import tvm
+    from tvm import relax
+
+    ex, params = _host_executable(path)
     vm = relax.VirtualMachine(ex, tvm.cpu())
     return vm["main"](tvm.runtime.tensor(x), *[tvm.runtime.tensor(params[k]) for k in sorted(params)]).numpy()
 

@@ -8,6 +8,7 @@ the full-int8 nets in tests/data/edge_nets/ (tools/make_edge_nets_tflite.py). Bo
 """
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 
@@ -47,14 +48,22 @@ def _input(path: Path, seed: int) -> np.ndarray:
     return example_input(read_int8_tflite(path), seed=seed)
 
 
-def _run_host(path: Path, x: np.ndarray) -> np.ndarray:
-    import tvm
-    from tvm import relax
-
+@functools.cache
+def _host_executable(path: Path):
+    """compile_int8 of a file for the host, once per test process (the same file and target compile to the same
+    executable; test_compiled_net_equals_tflite_reference runs each net on two inputs: one compile)."""
     from edge_sdk.compiler.int8.backend import compile_int8
     from edge_sdk.targets import get_target
 
     ex, params, _ = compile_int8(path, get_target("host"))
+    return ex, params
+
+
+def _run_host(path: Path, x: np.ndarray) -> np.ndarray:
+    import tvm
+    from tvm import relax
+
+    ex, params = _host_executable(path)
     vm = relax.VirtualMachine(ex, tvm.cpu())
     return vm["main"](tvm.runtime.tensor(x), *[tvm.runtime.tensor(params[k]) for k in sorted(params)]).numpy()
 
