@@ -147,3 +147,36 @@ def test_eval_of_a_grayscale_classifier(tmp_path, capsys):
     assert res[0]["top1_correct"] == _litert_top1(FER, images, (64, 64), 1, 0)
     code, err = _eval(capsys, pkg, "--images", images, "--output", "scores")
     assert code == 2 and "the model has one output" in err
+
+
+@pytest.mark.slow
+def test_classify_app_on_a_grayscale_classifier(tmp_path):
+    """The device app (apps/classify) on fer's 1-channel package: its top-3 per frame is LiteRT's on Pillow's
+    convert("L") + float bilinear resize of the same frame."""
+    import sys
+
+    from edge_sdk.package import open_package
+    from edge_sdk.runtime import ensure_bundle
+    from edge_sdk.runtime.execute import host_arch
+    from edge_sdk.runtime.litert import run_tflite
+
+    app = Path(__file__).resolve().parents[1] / "edge_sdk" / "apps" / "classify" / "classify.py"
+    pkg = _compile(FER, tmp_path / "fer.edgepkg")
+    cur = tmp_path / "models" / "fer-float32" / "current"
+    m = open_package(pkg, cur).manifest
+    (cur / "manifest.json").write_text(json.dumps(m))
+    (tmp_path / "frames").mkdir()
+    frames = [np.random.default_rng(s).integers(0, 256, (50, 70, 3), dtype=np.uint8) for s in (1, 2)]
+    for i, f in enumerate(frames):
+        Image.fromarray(f).save(tmp_path / "frames" / f"f{i}.png")
+    out = tmp_path / "out.jsonl"
+    proc = subprocess.run([sys.executable, str(app), "--model", "fer", "--models", str(tmp_path / "models"),
+                           "--runtime", str(ensure_bundle(host_arch())), "--source", str(tmp_path / "frames"),
+                           "--out", str(out), "--top-k", "3"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2
+    for row, i in zip(rows, range(2)):
+        want = run_tflite(FER, _pillow_input(tmp_path / "frames" / f"f{i}.png", (64, 64), 1)).reshape(-1)
+        assert [t["class"] for t in row["top_k"]] == list(np.argsort(-want, kind="stable")[:3])
+        np.testing.assert_allclose([t["score"] for t in row["top_k"]], np.sort(want)[::-1][:3], rtol=1e-4, atol=1e-5)
