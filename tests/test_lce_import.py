@@ -130,3 +130,16 @@ def test_pi3_build_matches_lce_interpreter_under_qemu(lce_data, tmp_path):
     res = run_compiled(lib=lib, params=pfile, input=x[:1], arch="aarch64", emulate_cpu="cortex-a53", how=LocalRun(warmup=0, repeat=1))
     assert res.emulated
     np.testing.assert_allclose(res.output, expected[:1], rtol=0, atol=1e-5)
+
+
+def test_inspect_says_the_lce_ops_are_read(lce_data):
+    """edge-sdk inspect FILE on an LCE file: its Larq ops are what the bitserial path reads (graph/ops/lce.py),
+    not 'no implementation', and the file imports."""
+    from edge_sdk.models.inspect_file import inspect_model_file
+
+    path, _, _ = lce_data
+    report = inspect_model_file(path)
+    ops = {o["op"]: o for o in report["ops"]}
+    for kind in lce.LCE_OPS:
+        assert ops[f"CUSTOM:{kind}"]["supported"] and "w1a1" in ops[f"CUSTOM:{kind}"]["why"], ops
+    assert report["import"]["ok"]

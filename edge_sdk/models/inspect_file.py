@@ -18,8 +18,11 @@ _TFL_TYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6:
 
 
 def _custom_why(code: str) -> str:
+    from edge_sdk.graph.ops import lce
     from edge_sdk.graph.ops.float_custom import CUSTOM
 
+    if code in lce.kinds(custom=True):  # graph/ops/lce.py: the bitserial path reads the whole file
+        return "supported with --variant w1a1 (a Larq Compute Engine op: the bitserial path)"
     if code == "TFLite_Detection_PostProcess":
         return "supported (detection post-processing)"
     if code in CUSTOM:
