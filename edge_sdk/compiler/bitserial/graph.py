@@ -134,15 +134,16 @@ class _Emitter:
     # -- the network --------------------------------------------------------------------------
     def int8_stem(self, x):
         """The integer stem (bitserial/stem.py): packed codes (fused), packed + float codes for the
-        first shortcut (unfused), or dequantized values (MobileNet's first depthwise)."""
+        first shortcut (unfused), or MobileNet's first depthwise input: packed codes with their channel count
+        (fused: dw_packed dequantizes them per band) or dequantized values (unfused)."""
         from edge_sdk.compiler.bitserial.stem import emit_int8_stem
 
         mobilenet = isinstance(self.net.blocks[0], DwPw)
-        out = "values" if mobilenet else "packed" if self.glue == "fused" else "codes"
+        out = "packed" if self.glue == "fused" else "values" if mobilenet else "codes"
         v, rows = emit_int8_stem(self.bb, x, self.net, simd=self.simd, word=self.word, out=out)
         self.aux_rows.update(rows)
         if mobilenet:
-            return None, v
+            return None, (v, int(self.net.stem.out_shape[3])) if out == "packed" else v
         if self.glue == "fused":
             return v, None
         return self.pack_ints(v), self.glue_op("to_float", v)  # unfused: its own bitpack, float codes kept
