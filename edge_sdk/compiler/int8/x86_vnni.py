@@ -142,6 +142,44 @@ def _a8(x, kdims, geom: ConvGeom, in_zp: int, *, mr: int):
     return te.compute((round_up(m, mr), kh, kw, cip), a8, name="a8")
 
 
+def _padded_u8(x, geom: ConvGeom, in_zp: int, cip: int):
+    """x + 128 as u8, padded once with Z_in + 128 and its channels to cip with 0: (N, H + pt + pb, W + pl + pr,
+    cip). A KxK conv's taps then read it directly (one dword per tap and pixel, no guards, no im2col copy)."""
+    n, h, w_, ci = (int(d) for d in x.shape)
+    pt, pb, pl, pr = geom.pads
+    flip, zp = tirx.const(OFFSET, "uint8"), tirx.const((in_zp + OFFSET) % 256, "uint8")
+
+    def u8(a, y, z, c):
+        inside = [y >= pt, y < h + pt, z >= pl, z < w_ + pl] if any(geom.pads) else []
+        safe = x[a, te.min(te.max(y - pt, 0), h - 1), te.min(te.max(z - pl, 0), w_ - 1), te.min(c, ci - 1)] \
+            if inside or cip != ci else x[a, y, z, c]
+        val = tirx.reinterpret("uint8", safe) ^ flip
+        if inside:
+            val = tirx.if_then_else(tirx.all(*inside), val, zp)
+        return tirx.if_then_else(c < ci, val, tirx.const(0, "uint8")) if cip != ci else val
+
+    return te.compute((n, h + pt + pb, w_ + pl + pr, cip), u8, name="xu")
+
+
+def _tap_reader(x, kdims, geom: ConvGeom, in_zp: int, *, mr: int):
+    """A(i, ky, kx, c): u8 operand of row i (output pixel) and tap (ky, kx, c); the padded input for a KxK
+    conv, else the per-row-tile copy of _a8 (a 1x1 conv's rows are its input's pixels)."""
+    kh, kw, ci, cip = kdims
+    if len(x.shape) == 2 or (kh, kw) == (1, 1):
+        a = _a8(x, kdims, geom, in_zp, mr=mr)
+        return lambda i, ry, rx, c: a[i, ry, rx, c]
+    xu = _padded_u8(x, geom, in_zp, cip)
+    oh, ow = geom.out_hw
+    m = int(x.shape[0]) * oh * ow
+    (sh, sw), (dh, dw) = geom.stride, geom.dilation
+
+    def read(i, ry, rx, c):
+        i = te.min(i, m - 1) if round_up(m, mr) != m else i
+        return xu[i // (oh * ow), i // ow % oh * sh + ry * dh, i % ow * sw + rx * dw, c]
+
+    return read
+
+
 def conv_gemm(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom = DENSE, simd: Simd, name: str):
     """PrimFunc out (M, COpad) int8 = requant(im2col(x) @ W + bias), as gemm_int8_widen16.conv_gemm (same
     arguments x, W, bias, mult, rshift and result (func, packed weight, npad)); the bias must include
@@ -153,14 +191,14 @@ def conv_gemm(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom = DENSE, simd: 
     nr = min(nr, round_up(co, lanes))  # few channels (a classifier): less padding
     npad, mp, cip = round_up(co, nr), round_up(m, mr), round_up(ci, 4)
     x = te.placeholder(tuple(x_shape), "int8", name="x")
-    a = _a8(x, (kh, kw, ci, cip), geom, rq.in_zp, mr=mr)
+    a = _tap_reader(x, (kh, kw, ci, cip), geom, rq.in_zp, mr=mr)
     wp = pack_weight(w_hwio, nr)
     wt = te.placeholder(wp.shape, "int8", name="w")
     bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
     ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
     rp, rt = te.reduce_axis((0, cip // 4), "rp"), te.reduce_axis((0, 4), "rt")
     acc = te.compute((mp, npad), lambda i, j: te.sum(
-        a[i, ry, rx, rp * 4 + rt].astype("int32") * wt[j // nr, ry, rx, rp, j % nr, rt].astype("int32"),
+        a(i, ry, rx, rp * 4 + rt).astype("int32") * wt[j // nr, ry, rx, rp, j % nr, rt].astype("int32"),
         axis=[ry, rx, rp, rt]), name="acc")
     lo, hi = rq.act
     biased = te.compute((mp, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
@@ -177,7 +215,7 @@ def _schedule(sch, tile: GemmTile, lanes: int):
     A per row tile (or whole, when the weights are outer; widen_vec: a vectorized copy); the 4-tap step
     tensorized to vpdpbusd."""
     mr, nr, m, k, npad, red = tile.mr, tile.nr, tile.m, tile.k, tile.npad, tile.red
-    ab, cb, bb, ob = (sch.get_sblock(b) for b in ("a8", "acc", "biased", "out"))
+    cb, bb, ob = (sch.get_sblock(b) for b in ("acc", "biased", "out"))
     i, j = sch.get_loops(ob)
     mo, mi = sch.split(i, [None, mr])
     no, ni = sch.split(j, [None, nr])
@@ -191,12 +229,17 @@ def _schedule(sch, tile: GemmTile, lanes: int):
     if mr > 1:
         sch.unroll(bl[0])
     sch.vectorize(bl[-1])
-    if weights_outer:
-        sch.parallel(sch.get_loops(ab)[0])
+    if _has_block(sch, "xu"):  # a KxK conv: its padded u8 input, whole, rows in parallel
+        xl = sch.get_loops(sch.get_sblock("xu"))
+        sch.parallel(sch.fuse(xl[0], xl[1]))
     else:
-        sch.compute_at(ab, outer[0])
-    if tile.widen_vec:
-        sch.vectorize(sch.get_loops(ab)[-1])
+        ab = sch.get_sblock("a8")
+        if weights_outer:
+            sch.parallel(sch.get_loops(ab)[0])
+        else:
+            sch.compute_at(ab, outer[0])
+        if tile.widen_vec:
+            sch.vectorize(sch.get_loops(ab)[-1])
     sch.parallel(outer[0])
     if mr > 1:
         sch.unroll(mi)
@@ -214,3 +257,13 @@ def _schedule(sch, tile: GemmTile, lanes: int):
             sch.unroll(lp)
     sch.decompose_reduction(cb, rl[0] if rl else (ci_ if ci_ is not None else cjo))
     sch.tensorize(cji, _register(lanes))
+
+
+def _has_block(sch, name: str) -> bool:
+    from tvm.s_tir.schedule import ScheduleError
+
+    try:
+        sch.get_sblock(name)
+    except ScheduleError:
+        return False
+    return True
