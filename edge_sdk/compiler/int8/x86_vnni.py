@@ -18,8 +18,9 @@ Padding taps read u = Z_in + 128 (the zero point, offset), as the int16 kernel r
 product is at most 255 * 128 in magnitude and a sum of K of them (K = KH*KW*CI <= 2^16 taps) stays inside
 int32, and the accumulation wraps identically to the int32 arithmetic of the reference.
 
-The tile: A is the im2col view of x as u8, copied per row tile (a plain XOR copy for a 1x1 stride-1 conv);
-W is packed (CO/nr, KH, KW, CI/4, nr, 4) int8, CI padded to a multiple of 4 with zero weights (what the
+The tile: A is x as u8. A KxK conv reads its taps from the input padded once (u8, border Z_in + 128,
+channels to a multiple of 4): one dword per tap and pixel, broadcast straight from it. A 1x1 conv (or a dense
+layer) copies its rows per row tile (a plain XOR copy when stride 1 and unpadded). W is packed (CO/nr, KH, KW, CI/4, nr, 4) int8, CI padded to a multiple of 4 with zero weights (what the
 padded taps of A then read does not matter). One k-step of 4 taps is a dword of A broadcast to all lanes
 (`vpbroadcastd`) and one vpdpbusd per nr/lanes weight vectors, mr x nr/lanes accumulators: AVX-512 12 rows
 x 32 channels (24 zmm of 32), AVX-VNNI 6 x 16 (12 ymm of 16). Epilogue as gemm_int8_widen16: + bias in its
