@@ -104,16 +104,25 @@ def test_hybrid_file_matches_litert_within_its_own_spread():
     assert 0 < max(ours) <= 2 * max(spread), (ours, spread)
 
 
-def test_segmentation_custom_op_imports_as_transposed_conv_and_bias():
-    """Convolution2DTransposeBias (graph/ops/float_custom.py): the builtin's NCHW / IOHW conv2d_transpose (the
-    TRANSPOSE_CONV path) plus a bias; inspect lists it as supported."""
+def test_segmentation_custom_op_imports_and_both_its_forms_match_litert(monkeypatch):
+    """Convolution2DTransposeBias (graph/ops/float_custom.py): kernel 2x2 = stride 2 imports as a 1x1 conv to
+    4x the channels and a depth-to-space move; the general form (the builtin's NCHW / IOHW conv2d_transpose plus
+    the bias) gives the same output; inspect lists the op as supported."""
     from edge_sdk.graph.ops.float_custom import CUSTOM
+    from edge_sdk.models import tflite_ops
     from edge_sdk.models.importers import load_model_file
     from edge_sdk.models.inspect_file import inspect_model_file
+    from edge_sdk.quant.relax_ref import evaluate
+    from edge_sdk.runtime.litert import run_tflite
 
-    text = load_model_file(SEG).mod.script(show_meta=False)
-    assert text.count("R.nn.conv2d_transpose(") == 1 and 'kernel_layout="IOHW"' in text
-    assert "strides=[2, 2]" in text
+    model = load_model_file(SEG)
+    assert "R.nn.conv2d_transpose(" not in model.mod.script(show_meta=False)
+    monkeypatch.setattr(tflite_ops, "CONV1X1_FORM", False)
+    general = load_model_file(SEG)
+    text = general.mod.script(show_meta=False)
+    assert text.count("R.nn.conv2d_transpose(") == 1 and 'kernel_layout="IOHW"' in text and "strides=[2, 2]" in text
+    x = model.example_input(seed=3)
+    _close(evaluate(general.mod, x), run_tflite(SEG, x), "general form")
     ops = {o["op"]: o for o in inspect_model_file(SEG)["ops"]}
     assert ops["CUSTOM:Convolution2DTransposeBias"]["supported"]
     assert "relax.nn.conv2d_transpose" in CUSTOM["Convolution2DTransposeBias"].relax_ops

@@ -33,6 +33,9 @@ def convert_prelu(self, op):
     return relax.op.nn.prelu(self.get_tensor_expr(data), relax.const(per_channel), axis=len(shape) - 1)
 
 
+CONV1X1_FORM = True  # kernel == stride transposed convs as a 1x1 conv (tests turn it off to check the other form)
+
+
 def convert_conv2d_transpose_bias(self, op):
     """mediapipe's custom Convolution2DTransposeBias (its segmentation models' decoder): TRANSPOSE_CONV with a
     bias and no output_shape input. Inputs: data (NHWC), weights (OHWI), bias (O); custom options: the raw
@@ -58,7 +61,26 @@ def convert_conv2d_transpose_bias(self, op):
         top, bottom = get_pad_value(out_h, kh, stride_h)
         left, right = get_pad_value(out_w, kw, stride_w)
         pads = (top, left, bottom, right)
+    bias = relax.op.reshape(self.get_tensor_expr(bias_t), (out_c,))
+    if CONV1X1_FORM and (kh, kw) == (stride_h, stride_w) and not any(pads):  # no overlap: 1x1 conv + move
+        return relax.op.add(_tconv_as_conv1x1(self, data, weight_t, (kh, kw, out_c)), bias)
     w_iohw = relax.op.permute_dims(self.get_tensor_expr(weight_t), axes=(3, 0, 1, 2))  # OHWI -> IOHW (folded)
     out = relax.op.nn.conv2d_transpose(self.get_tensor_expr(data), w_iohw, strides=(stride_h, stride_w),
                                        padding=pads, data_layout="NHWC", kernel_layout="IOHW", out_dtype="float32")
-    return relax.op.add(out, relax.op.reshape(self.get_tensor_expr(bias_t), (out_c,)))
+    return relax.op.add(out, bias)
+
+
+def _tconv_as_conv1x1(self, data, weight_t, khw_o):
+    """A transposed conv whose kernel equals its stride (no padding) writes each input pixel's kh x kw block
+    of outputs alone: out[i*kh + a, j*kw + b, o] = sum_c x[i, j, c] w[o, a, b, c], i.e. a 1x1 conv to kh*kw*O
+    channels (our scheduled GEMM; TOPI's conv2d_transpose is unscheduled loops) and a depth-to-space move."""
+    from tvm import relax
+
+    kh, kw, o = khw_o
+    _, h, w, c = (int(s) for s in self.get_tensor_shape(data))
+    wt = relax.op.permute_dims(self.get_tensor_expr(weight_t), axes=(3, 1, 2, 0))  # OHWI -> C, kh, kw, O
+    w_hwio = relax.op.reshape(wt, (1, 1, c, kh * kw * o))  # folded at compile time
+    y = relax.op.nn.conv2d(self.get_tensor_expr(data), w_hwio, data_layout="NHWC", kernel_layout="HWIO",
+                           out_dtype="float32")
+    y = relax.op.permute_dims(relax.op.reshape(y, (1, h, w, kh, kw, o)), axes=(0, 1, 3, 2, 4, 5))
+    return relax.op.reshape(y, (1, h * kh, w * kw, o))

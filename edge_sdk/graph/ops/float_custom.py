@@ -35,5 +35,6 @@ def register(d: CustomDef) -> CustomDef:
 
 register(CustomDef(
     "Convolution2DTransposeBias", "edge_sdk.models.tflite_ops:convert_conv2d_transpose_bias",
-    ("relax.nn.conv2d_transpose", "relax.add"),
-    doc="mediapipe's segmentation decoder: TRANSPOSE_CONV (SAME / VALID, strides from the custom options) + bias"))
+    ("relax.nn.conv2d_transpose", "relax.add", "relax.nn.conv2d", "relax.permute_dims"),
+    doc="mediapipe's segmentation decoder: TRANSPOSE_CONV (SAME / VALID, strides from the custom options) + bias; "
+        "kernel = stride: a 1x1 conv and a depth-to-space move"))
