@@ -17,7 +17,7 @@ from edge_sdk.compiler.bitserial.backend import compile_binarized  # noqa: E402
 NET = dict(alpha=0.5, resolution=32, classes=10, seed=7, stem="int8")  # 16+ channels: the scheduled kernels
 
 
-@pytest.fixture(params=[256, 3000], ids=["1-row-bands", "wider-bands"])
+@pytest.fixture(params=[256, pytest.param(3000, marks=pytest.mark.slow)], ids=["1-row-bands", "wider-bands"])
 def small_bands(request, monkeypatch):
     monkeypatch.setattr(graph, "DW_BAND_BYTES", request.param)
     return request.param
