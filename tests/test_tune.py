@@ -230,7 +230,12 @@ def test_shipped_records_are_valid():
 
     from edge_sdk.tune.store import read_record, replay, repo_root, workload_hash
 
+    from edge_sdk.tune import choice_records
+
     for path in sorted(repo_root().glob("*/*.json")):
+        if path.parent == choice_records.root():  # compile/choice's records (their own format)
+            assert choice_records.read_file(path)["records"], path
+            continue
         rec = read_record(path)
         wl = rec.workload()
         assert workload_hash(wl) == rec.data["workload_hash"], path
