@@ -16,6 +16,11 @@ from edge_sdk.timing.symbols import symbol_value
 
 # (file name pattern, parallel-region entry symbol) of the runtimes we know.
 RUNTIMES = (("libgomp", "GOMP_parallel"), ("libtvm_runtime", "TVMBackendParallelLaunch"))
+# Runs with more than one thread keep the guest threads within this many instructions of each other
+# (libtiming.so's lockstep=), so the shared L2 sees them in near-lockstep order, as the four cores of a
+# Pi run them, instead of in the order the host happens to schedule qemu's threads (which moved a
+# 4-thread ncnn MobileNetV1 355 -> 261 modelled ms between two loads of this machine). 0: off.
+LOCKSTEP_INSNS = 10_000
 
 
 def cache_args(cores: int = 4, c: A53 = DEFAULT) -> str:
@@ -41,6 +46,7 @@ def plugin_args(out: Path, *, threads: int = 1, roots: tuple[Path, ...] = ()) ->
     """libtiming.so's argument string: output file, caches and (threads > 1) region marks."""
     args = [f"out={out}", cache_args()]
     if threads > 1:
+        args.append(f"lockstep={LOCKSTEP_INSNS}")
         for f, sym in find_runtimes(list(roots)):
             addr = symbol_value(f, sym)
             if addr is not None:

@@ -33,6 +33,14 @@
  * lines a core's stores that miss stop allocating in its L1 (they go to the L2), after ws_l2 also in
  * the L2 (they go to DRAM), until a store misses elsewhere; such a line costs one DRAM write, no fill.
  *
+ * Lockstep (lockstep=Q, 0: off; only matters with more than one guest thread): a vCPU that has executed more
+ * than Q instructions beyond the slowest *runnable* vCPU waits at its next block until that one catches up (at
+ * most lockstep_us microseconds of host time per wait, so a vCPU that qemu itself holds, e.g. in an exclusive
+ * section, cannot deadlock the guest). A vCPU inside a syscall that waits (a futex wait, a sleep, a read) is
+ * not runnable; when it returns it resumes at the slowest runnable vCPU's count (it slept while they ran). So the shared L2 sees the
+ * guest threads' accesses in near-lockstep order whatever the host's load: without it, a 4-thread count's L2
+ * misses, and its modelled time, follow the host's scheduling of qemu's threads.
+ *
  * Output (out=PATH, written at exit, plain text):
  *   T <key> <value>                    header (version, parameters)
  *   B <id> <vaddr hex> <n insns> <instruction bytes hex>
@@ -129,6 +137,10 @@ static GHashTable *seen_maps;   /* file-backed /proc/self/maps lines seen so far
 static GPtrArray *maps_order;
 static bool pending_maps[MAX_VCPUS];
 static uint64_t epoch;
+static uint64_t lockstep, lockstep_us = 100000;
+static uint64_t ls_insns[MAX_VCPUS];  /* per vCPU: instructions executed (all blocks) */
+static int ls_state[MAX_VCPUS];       /* 0: no thread / exited, 1: runnable, 2: inside a syscall */
+static uint64_t ls_waits, ls_timeouts;
 static char *out_path;
 
 static void *zalloc(size_t bytes)
@@ -340,16 +352,82 @@ static void resolve_files(void)
     g_mutex_unlock(&maps_lock);
 }
 
+/* The slowest runnable vCPU's instruction count other than `self` (UINT64_MAX: none). */
+static uint64_t ls_slowest(unsigned int self)
+{
+    uint64_t lo = UINT64_MAX;
+    for (unsigned int i = 0; i < MAX_VCPUS; i++) {
+        if (i != self && __atomic_load_n(&ls_state[i], __ATOMIC_ACQUIRE) == 1) {
+            uint64_t n = __atomic_load_n(&ls_insns[i], __ATOMIC_RELAXED);
+            lo = n < lo ? n : lo;
+        }
+    }
+    return lo;
+}
+
+/* A vCPU (re)joins the runnable set at the slowest runnable one's count (or keeps its own if ahead of it). */
+static void ls_join(unsigned int index)
+{
+    uint64_t lo = ls_slowest(index);
+    if (lo != UINT64_MAX && lo > ls_insns[index]) {
+        __atomic_store_n(&ls_insns[index], lo, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&ls_state[index], 1, __ATOMIC_RELEASE);
+}
+
+static void ls_step(unsigned int index, uint32_t n_insns)
+{
+    uint64_t mine = __atomic_add_fetch(&ls_insns[index], n_insns, __ATOMIC_RELAXED);
+    uint64_t lo = ls_slowest(index);
+    if (lo == UINT64_MAX || mine <= lo + lockstep) {
+        return;
+    }
+    __atomic_fetch_add(&ls_waits, 1, __ATOMIC_RELAXED);
+    gint64 until = g_get_monotonic_time() + (gint64)lockstep_us;
+    while (lo != UINT64_MAX && mine > lo + lockstep) {
+        if (g_get_monotonic_time() > until) {
+            __atomic_fetch_add(&ls_timeouts, 1, __ATOMIC_RELAXED);
+            return;
+        }
+        g_thread_yield();
+        lo = ls_slowest(index);
+    }
+}
+
+/* Syscalls that may wait for another thread or for time (aarch64 numbers): while inside one a vCPU is not
+ * runnable. Every other syscall is as short on a Pi as an instruction run, so its thread stays runnable and
+ * the others keep within the window of it. futex: the waiting operations (WAIT, LOCK_PI, WAIT_BITSET,
+ * WAIT_REQUEUE_PI, LOCK_PI2). */
+static bool ls_blocking(int64_t num, uint64_t a2)
+{
+    switch (num) {
+    case 98: {
+        uint64_t op = a2 & 127;
+        return op == 0 || op == 6 || op == 9 || op == 11 || op == 13;
+    }
+    case 22: case 63: case 65: case 72: case 73: case 101: case 115: case 207: case 242: case 260: case 95:
+        return true;  /* epoll_pwait read readv pselect6 ppoll nanosleep clock_nanosleep recvfrom accept4 wait4 waitid */
+    default:
+        return false;
+    }
+}
+
 static void syscall_in(qemu_plugin_id_t id, unsigned int vcpu_index, int64_t num, uint64_t a1, uint64_t a2,
                        uint64_t a3, uint64_t a4, uint64_t a5, uint64_t a6, uint64_t a7, uint64_t a8)
 {
     if (vcpu_index < MAX_VCPUS) {
         pending_maps[vcpu_index] = num == 222 && (int64_t)a5 >= 0;  /* aarch64 mmap of a file (fd = a5) */
+        if (lockstep && ls_blocking(num, a2)) {
+            __atomic_store_n(&ls_state[vcpu_index], 2, __ATOMIC_RELEASE);
+        }
     }
 }
 
 static void syscall_ret(qemu_plugin_id_t id, unsigned int vcpu_index, int64_t num, int64_t ret)
 {
+    if (lockstep && vcpu_index < MAX_VCPUS && __atomic_load_n(&ls_state[vcpu_index], __ATOMIC_ACQUIRE) == 2) {
+        ls_join(vcpu_index);
+    }
     if (vcpu_index < MAX_VCPUS && pending_maps[vcpu_index] && ret >= 0) {
         pending_maps[vcpu_index] = false;
         resolve_files();
@@ -359,6 +437,16 @@ static void syscall_ret(qemu_plugin_id_t id, unsigned int vcpu_index, int64_t nu
 static void vcpu_init(qemu_plugin_id_t id, unsigned int index)
 {
     vcpu_get(index);
+    if (lockstep) {
+        ls_join(index);
+    }
+}
+
+static void vcpu_exit(qemu_plugin_id_t id, unsigned int index)
+{
+    if (index < MAX_VCPUS) {
+        __atomic_store_n(&ls_state[index], 0, __ATOMIC_RELEASE);
+    }
 }
 
 static uint64_t cur_epoch(void)
@@ -393,6 +481,9 @@ static void tb_exec(unsigned int vcpu_index, void *udata)
     uint32_t id = (uint32_t)(uintptr_t)udata;
     const Block *b = blocks[id];
     Vcpu *v = vcpu_get(vcpu_index);
+    if (lockstep) {
+        ls_step(vcpu_index, b->n_insns);
+    }
     uint64_t *c = v->c[id];
     c[C_EXEC]++;
     count_predecessor(v, c, b);
@@ -703,6 +794,8 @@ static void at_exit(qemu_plugin_id_t id, void *p)
     fprintf(f, "T prefetch streams=%" PRIu64 " depth=%" PRIu64 " window=%" PRIu64 " trigger=%" PRIu64 " sw=%" PRIu64
             "\n", pf_streams, pf_depth, pf_window, pf_trigger, swpf);
     fprintf(f, "T wstream %" PRIu64 " l1=%" PRIu64 " l2=%" PRIu64 "\n", wstream, ws_l1, ws_l2);
+    fprintf(f, "T lockstep %" PRIu64 " us=%" PRIu64 " waits=%" PRIu64 " timeouts=%" PRIu64 "\n", lockstep, lockstep_us,
+            ls_waits, ls_timeouts);
     write_blocks(f);
     write_counts(f);
     resolve_files();
@@ -722,10 +815,11 @@ static bool parse_arg(const char *opt)
     }
     const char *k = kv[0], *val = kv[1];
     uint64_t *sizes[] = {&dsize, &dassoc, &isize, &iassoc, &l2size, &l2assoc, &pf_streams, &pf_depth, &pf_window,
-                         &pf_trigger, &swpf, &wstream, &ws_l1, &ws_l2};
+                         &pf_trigger, &swpf, &wstream, &ws_l1, &ws_l2, &lockstep, &lockstep_us};
     const char *names[] = {"dcachesize", "dassoc", "icachesize", "iassoc", "l2cachesize", "l2assoc", "pf_streams",
-                           "pf_depth", "pf_window", "pf_trigger", "swpf", "wstream", "ws_l1", "ws_l2"};
-    for (int i = 0; i < 14; i++) {
+                           "pf_depth", "pf_window", "pf_trigger", "swpf", "wstream", "ws_l1", "ws_l2", "lockstep",
+                           "lockstep_us"};
+    for (int i = 0; i < 16; i++) {
         if (g_strcmp0(k, names[i]) == 0) {
             *sizes[i] = g_ascii_strtoull(val, NULL, 10);
             return i < 6 ? *sizes[i] > 0 : i == 6 ? *sizes[i] >= 1 && *sizes[i] <= MAX_STREAMS : true;
@@ -779,6 +873,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     qemu_plugin_register_vcpu_syscall_cb(id, syscall_in);
     qemu_plugin_register_vcpu_syscall_ret_cb(id, syscall_ret);
     qemu_plugin_register_vcpu_init_cb(id, vcpu_init);
+    qemu_plugin_register_vcpu_exit_cb(id, vcpu_exit);
     qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
     qemu_plugin_register_atexit_cb(id, at_exit, NULL);
     return 0;
