@@ -186,16 +186,20 @@ class _Emitter:
         ty = self.relax.TensorType((*shape[:3], shape[3] // wb, net.a_bits), self.word)
         return self.bb.emit(self.relax.call_tir(gv, [y], ty))
 
-    def unpack_dequant(self, p, channels: int):
-        """Packed codes -> float32 values (a float depthwise layer's input), as quantize_pack: scheduled
-        (io.unpack_dequant_prim_func) for whole words, else default-lowered."""
-        pshape, wb = [int(d) for d in p.ty.shape], ops.WORD_BITS[self.word]
+    def unpack_dequant(self, p, channels: int, rows: tuple | None = None):
+        """Packed codes (rows r0:r1 of them, when given) -> float32 values (a float depthwise layer's input), as
+        quantize_pack: scheduled (io.unpack_dequant_prim_func) for whole words, else default-lowered."""
+        pshape, wb, op = [int(d) for d in p.ty.shape], ops.WORD_BITS[self.word], self.relax.op
         if channels != pshape[3] * wb:
+            if rows is not None:
+                p = self.bb.emit(op.strided_slice(p, axes=[1], begin=[rows[0]], end=[rows[1]]))
             return self.bb.emit_te(io.unpack_dequant_compute, p, channels=channels, step=self.net.step,
                                    primfunc_name_hint="bitserial_dequant")
-        gv = self._kernel(("dequant", str(pshape)), lambda: io.unpack_dequant_prim_func(
-            pshape, word=self.word, channels=channels, step=self.net.step), "bitserial_dequant")
-        return self.bb.emit(self.relax.call_tir(gv, [p], self.relax.TensorType((*pshape[:3], channels), "float32")))
+        gv = self._kernel(("dequant", str(pshape), rows), lambda: io.unpack_dequant_prim_func(
+            pshape, word=self.word, channels=channels, step=self.net.step, rows=rows), "bitserial_dequant")
+        h = pshape[1] if rows is None else rows[1] - rows[0]
+        return self.bb.emit(self.relax.call_tir(gv, [p], self.relax.TensorType((pshape[0], h, pshape[2], channels),
+                                                                                  "float32")))
 
     def pool_pack(self, y, s):
         """The float stem's max pool, quantize and bitpack as one kernel (io.pool_quantize_pack_prim_func)."""
@@ -241,8 +245,7 @@ class _Emitter:
         for r0 in range(0, oh, rows):
             r1 = min(oh, r0 + rows)
             i0, i1 = r0 * s - top, (r1 - 1) * s - top + 3  # the band's input rows (3x3)
-            part = self.bb.emit(op.strided_slice(p, axes=[1], begin=[max(0, i0)], end=[min(h, i1)]))
-            v = self.unpack_dequant(part, c)
+            v = self.unpack_dequant(p, c, rows=(max(0, i0), min(h, i1)))
             bands.append(self.quantize_pack(self.dw_float(d, v, (max(0, -i0), left, max(0, i1 - h), right))))
         return self.bb.emit(op.concat(bands, axis=1), name_hint=f"{d.name}_packed")
 
