@@ -141,6 +141,7 @@ static uint64_t lockstep, lockstep_us = 100000;
 static uint64_t ls_insns[MAX_VCPUS];  /* per vCPU: instructions executed (all blocks) */
 static int ls_state[MAX_VCPUS];       /* 0: no thread / exited, 1: runnable, 2: inside a syscall */
 static uint64_t ls_waits, ls_timeouts;
+static unsigned int ls_vcpus;         /* 1 + the highest vCPU index that has joined */
 static char *out_path;
 
 static void *zalloc(size_t bytes)
@@ -356,7 +357,8 @@ static void resolve_files(void)
 static uint64_t ls_slowest(unsigned int self)
 {
     uint64_t lo = UINT64_MAX;
-    for (unsigned int i = 0; i < MAX_VCPUS; i++) {
+    unsigned int n = __atomic_load_n(&ls_vcpus, __ATOMIC_ACQUIRE);  /* every block: scan only the vCPUs seen */
+    for (unsigned int i = 0; i < n; i++) {
         if (i != self && __atomic_load_n(&ls_state[i], __ATOMIC_ACQUIRE) == 1) {
             uint64_t n = __atomic_load_n(&ls_insns[i], __ATOMIC_RELAXED);
             lo = n < lo ? n : lo;
@@ -368,6 +370,10 @@ static uint64_t ls_slowest(unsigned int self)
 /* A vCPU (re)joins the runnable set at the slowest runnable one's count (or keeps its own if ahead of it). */
 static void ls_join(unsigned int index)
 {
+    unsigned int seen = __atomic_load_n(&ls_vcpus, __ATOMIC_RELAXED);
+    while (seen <= index && !__atomic_compare_exchange_n(&ls_vcpus, &seen, index + 1, false, __ATOMIC_RELEASE,
+                                                         __ATOMIC_RELAXED)) {
+    }
     uint64_t lo = ls_slowest(index);
     if (lo != UINT64_MAX && lo > ls_insns[index]) {
         __atomic_store_n(&ls_insns[index], lo, __ATOMIC_RELAXED);
