@@ -8,6 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
+from tests.host_cpu import host_cpu_flags
+
 from edge_sdk.quant import bitserial as bs, glue as g
 from edge_sdk.targets import get_target
 
@@ -16,15 +18,7 @@ from edge_sdk.compiler.bitserial import kernels as ops, x86_popcnt  # noqa: E402
 from edge_sdk.compiler.bitserial.schedule import network_word  # noqa: E402
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next((set(ln.split(":", 1)[1].split()) for ln in f if ln.startswith("flags")), set())
-    except OSError:
-        return set()
-
-
-FLAGS = _cpu_flags()
+FLAGS = host_cpu_flags()
 # kind: (LLVM row of the compile target, expected schedule key, cpuinfo flags to run it, its popcount instruction)
 KINDS = {
     "znver3": ({"mcpu": "znver3"}, "x86_64", {"avx2"}, "vpshufb"),  # AVX2: the byte nibble table

@@ -15,18 +15,12 @@ import subprocess
 import numpy as np
 import pytest
 
+from tests.host_cpu import host_cpu_flags
+
 tvm = pytest.importorskip("tvm")
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next((set(ln.split(":", 1)[1].split()) for ln in f if ln.startswith("flags")), set())
-    except OSError:
-        return set()
-
-
-FLAGS = _cpu_flags()
+FLAGS = host_cpu_flags()
 # path: (LLVM -mcpu compiled for, Simd.vnni override or None, the cpuinfo flags it needs to run)
 PATHS = {
     "avx512-vnni": ("icelake-server", None, {"avx512f", "avx512_vnni"}),

@@ -53,6 +53,22 @@ def code_hashes(site: Site, names: list[str]) -> dict[str, str]:
     return out
 
 
+def _choose_once(chooser, site: Site, source_of) -> str:
+    """A chooser's decision for the site's workload, made once per compile (chooser._decide), and the
+    layer's row of it (chooser.layers) with where the schedule came from (source_of(decision))."""
+    key = site.key()
+    if key not in chooser.decided:
+        t0 = time.perf_counter()
+        chooser.decided[key] = chooser._decide(site)
+        chooser.stats["workloads"] += 1
+        chooser.stats["seconds"] += time.perf_counter() - t0
+    d = chooser.decided[key]
+    if site.layer:
+        chooser.layers[site.layer] = {"family": site.family, "workload": key,
+                                      **{k: d[k] for k in LAYER_KEYS if k in d}, "source": source_of(d)}
+    return d["schedule"]
+
+
 class Chooser:
     """Per-layer schedule choice for a Pi target (see the module docstring)."""
 
@@ -72,18 +88,8 @@ class Chooser:
         self.stats = {"workloads": 0, "priced": 0, "cached": 0, "from_records": 0, "seconds": 0.0}
 
     def choose(self, site: Site) -> str:
-        key = site.key()
-        if key not in self.decided:
-            t0 = time.perf_counter()
-            self.decided[key] = self._decide(site)
-            self.stats["workloads"] += 1
-            self.stats["seconds"] += time.perf_counter() - t0
-        self.sites.setdefault(key, site)
-        d = self.decided[key]
-        if site.layer:
-            self.layers[site.layer] = {"family": site.family, "workload": key, **{
-                k: d[k] for k in LAYER_KEYS if k in d}, "source": d.get("source") or ("cached" if d.get("cached") else "priced")}
-        return d["schedule"]
+        self.sites.setdefault(site.key(), site)
+        return _choose_once(self, site, lambda d: d.get("source") or ("cached" if d.get("cached") else "priced"))
 
     def _decide(self, site: Site) -> dict:
         if self.records is not None and (d := self.records.from_record(site))["source"] == "record":
@@ -197,17 +203,7 @@ class RecordChooser:
                       "seconds": 0.0}
 
     def choose(self, site: Site) -> str:
-        key = site.key()
-        if key not in self.decided:
-            t0 = time.perf_counter()
-            self.decided[key] = self._decide(site)
-            self.stats["workloads"] += 1
-            self.stats["seconds"] += time.perf_counter() - t0
-        d = self.decided[key]
-        if site.layer:
-            self.layers[site.layer] = {"family": site.family, "workload": key, **{
-                k: d[k] for k in LAYER_KEYS if k in d}, "source": d["source"]}
-        return d["schedule"]
+        return _choose_once(self, site, lambda d: d["source"])
 
     def _decide(self, site: Site) -> dict:
         d = self.from_record(site)

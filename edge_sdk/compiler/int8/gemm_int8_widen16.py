@@ -270,6 +270,17 @@ def _loops_by_extent(sch, block, n_outer: int, extents: list[int]):
     return out
 
 
+def place_a_copy(sch, ab, outer, *, weights_outer: bool, vec: bool) -> None:
+    """The widened copy of A (int16 here, u8 in x86_vnni): per row tile (reused by every channel tile) at
+    the outer row loop, or whole, rows in parallel, when the weights are outer; vectorized if `vec`."""
+    if weights_outer:
+        sch.parallel(sch.get_loops(ab)[0])
+    else:
+        sch.compute_at(ab, outer[0])
+    if vec:
+        sch.vectorize(sch.get_loops(ab)[-1])
+
+
 def schedule(sch, tile: GemmTile):
     """The GEMM's schedule (module doc); the integer stem's row-tiled GEMM (bitserial/stem.py) uses it too."""
     mr, nr, m, k, npad, pairs = tile.mr, tile.nr, tile.m, tile.k, tile.npad, tile.pairs
@@ -291,13 +302,7 @@ def schedule(sch, tile: GemmTile):
     if mr > 1:
         sch.unroll(bl[0])
     sch.vectorize(bl[-1])
-    # the int16 copy of A: per row tile (reused by every channel tile), or whole when weights are outer
-    if weights_outer:
-        sch.parallel(sch.get_loops(ab)[0])
-    else:
-        sch.compute_at(ab, outer[0])
-    if tile.widen_vec:
-        sch.vectorize(sch.get_loops(ab)[-1])
+    place_a_copy(sch, ab, outer, weights_outer=weights_outer, vec=tile.widen_vec)
     sch.parallel(outer[0])
     if mr > 1:
         sch.unroll(mi)

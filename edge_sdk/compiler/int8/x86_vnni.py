@@ -33,7 +33,7 @@ from tvm import s_tir, te, tirx
 from tvm.script import tirx as T
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
-from edge_sdk.compiler.int8.gemm_int8_widen16 import DENSE, ConvGeom, GemmTile
+from edge_sdk.compiler.int8.gemm_int8_widen16 import DENSE, ConvGeom, GemmTile, place_a_copy
 from edge_sdk.compiler.ops.common import ACC_SCOPE, Simd, finish, pick_tile, round_up
 
 OFFSET = 128  # s8 -> u8: u = x + 128
@@ -234,13 +234,7 @@ def _schedule(sch, tile: GemmTile, lanes: int):
         xl = sch.get_loops(sch.get_sblock("xu"))
         sch.parallel(sch.fuse(xl[0], xl[1]))
     else:
-        ab = sch.get_sblock("a8")
-        if weights_outer:
-            sch.parallel(sch.get_loops(ab)[0])
-        else:
-            sch.compute_at(ab, outer[0])
-        if tile.widen_vec:
-            sch.vectorize(sch.get_loops(ab)[-1])
+        place_a_copy(sch, sch.get_sblock("a8"), outer, weights_outer=weights_outer, vec=tile.widen_vec)
     sch.parallel(outer[0])
     if mr > 1:
         sch.unroll(mi)
