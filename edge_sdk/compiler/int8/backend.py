@@ -28,17 +28,36 @@ from edge_sdk.graph import ops as registry
 from edge_sdk.models.tflite_int8 import Int8Graph, read_int8_tflite
 
 
-def build_relax(g: Int8Graph, target: tvm.target.Target) -> tuple[tvm.IRModule, dict[str, int]]:
-    """The Relax module: main(x) = each op's kernel (its graph/ops entry's emitter), in order; counts per kind."""
+class _Recording(relax.BlockBuilder):
+    """A BlockBuilder that notes (layer row, PrimFunc name) per add_func: structurally equal kernels (ops of
+    one shape) share one PrimFunc, so the name is the one add_func returns, in emission order (call_sites)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer, self.emitted = "", []
+
+    def add_func(self, func, func_name):
+        gv = super().add_func(func, func_name)
+        self.emitted.append((self.layer, gv.name_hint))
+        return gv
+
+
+def build_relax(g: Int8Graph, target: tvm.target.Target, *, emitted: list | None = None
+                ) -> tuple[tvm.IRModule, dict[str, int]]:
+    """The Relax module: main(x) = each op's kernel (its graph/ops entry's emitter), in order; counts per kind.
+    `emitted`, when given, receives (layer row name, PrimFunc name) per kernel added (kernel_map.call_sites)."""
+    from edge_sdk.compiler.int8.layers import row_name
+
     t_in = g.tensors[g.inputs[0]]
     x = relax.Var("input", relax.TensorType(t_in.shape, t_in.dtype))
-    bb = relax.BlockBuilder()
+    bb = _Recording()
     counts: dict[str, int] = {}
     with target, bb.function("main", [x]):
         with bb.dataflow():
             env = {g.inputs[0]: x}
             for op in g.ops:
                 counts[op.kind] = counts.get(op.kind, 0) + 1
+                bb.layer = row_name(g, op)
                 d = registry.of(op.kind)
                 if d is None:  # pragma: no cover - read_int8_tflite validated the op list
                     raise ModelError(f"{g.path}: op {op.index} ({op.kind}) has no int8 kernel")
@@ -46,14 +65,18 @@ def build_relax(g: Int8Graph, target: tvm.target.Target) -> tuple[tvm.IRModule, 
                 env.update(zip(op.outputs, vals))
             out = bb.emit_output(env[g.outputs[0]])
         bb.emit_func_output(out)
+    if emitted is not None:
+        emitted.extend(bb.emitted)
     return bb.get(), counts
 
 
-def compile_int8(path: Path | Int8Graph, target, *, progress=None):
+def compile_int8(path: Path | Int8Graph, target, *, progress=None, kernel_sites: list | None = None):
     """Compile a full-int8 .tflite (or an Int8Graph already read or built by PTQ) for an edge_sdk Target.
 
     Returns (executable, params, input_spec): "main" takes (input, p0000, p0001, ...); input_spec is
     Int8Graph.input_spec() (shape, dtype and, for int8 inputs, scale/zero point for the manifest).
+    `kernel_sites`, when given, receives the PrimFunc calls of "main" (kernel_map.call_sites), for the
+    layer table's "kernels" (layers.int8_layer_table).
     """
     say = progress or (lambda _msg: None)
     g = path if isinstance(path, Int8Graph) else read_int8_tflite(Path(path))
@@ -62,11 +85,16 @@ def compile_int8(path: Path | Int8Graph, target, *, progress=None):
     t0 = time.perf_counter()
     try:
         with tvm_target:
-            mod, counts = build_relax(g, tvm_target)
+            emitted: list = []
+            mod, counts = build_relax(g, tvm_target, emitted=emitted)
             say("int8 kernels: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())))
             mod = tvm.transform.Sequential([relax.transform.LegalizeOps(),
                                             relax.transform.DeadCodeElimination(["main"])])(mod)
             mod, params = lift_params(mod)
+            if kernel_sites is not None:
+                from edge_sdk.compiler.kernel_map import call_sites
+
+                kernel_sites.extend(call_sites(mod, emitted))
         from tvm.relax.backend.cpu_generic import pipeline as cpu
 
         finish = tvm.transform.Sequential(cpu.dataflow_lower_passes(tvm_target) + cpu.finalize_passes(tvm_target))
@@ -124,12 +152,13 @@ def lower_int8(model, variant, target, *, progress, seed: int):
     x = example_input(g, seed=seed)
     golden, ref = _reference_golden(g, src, x)
     progress(f"golden output from {ref}; compiling integer kernels")
-    ex, params, spec = compile_int8(g, target, progress=progress)
+    sites: list = []
+    ex, params, spec = compile_int8(g, target, progress=progress, kernel_sites=sites)
     from edge_sdk.compiler.int8.layers import int8_layer_table
 
     return Lowered(ex, params, x, golden, ref, input_quantization=spec["quantization"],
                    extra={"output_quantization": g.output_spec()["quantization"]}, rtol=0.0, atol=0.0,
-                   layers=int8_layer_table(g))
+                   layers=int8_layer_table(g, sites))
 
 
 def _lower_ptq(model, target, *, progress, seed: int, images: Path | None):
@@ -147,7 +176,8 @@ def _lower_ptq(model, target, *, progress, seed: int, images: Path | None):
     x = quantize(model.example_input(seed=seed), t_in.q.s, t_in.q.z)
     golden = run_reference(g, x)
     progress("golden output from the numpy int8 reference of the quantized graph; compiling integer kernels")
-    ex, params, spec = compile_int8(g, target, progress=progress)
+    sites: list = []
+    ex, params, spec = compile_int8(g, target, progress=progress, kernel_sites=sites)
     return Lowered(ex, params, x, golden, "numpy-int8-ptq", input_quantization=spec["quantization"],
                    extra={"output_quantization": g.output_spec()["quantization"], "ptq": res.report},
-                   rtol=0.0, atol=0.0, layers=int8_layer_table(g))
+                   rtol=0.0, atol=0.0, layers=int8_layer_table(g, sites))
