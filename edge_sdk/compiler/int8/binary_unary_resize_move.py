@@ -20,7 +20,7 @@ import numpy as np
 from tvm import relax, te, tirx
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
-from edge_sdk.compiler.int8.glue import _done, logistic as table_kernel
+from edge_sdk.compiler.int8.glue import _done, done_elementwise, logistic as table_kernel
 from edge_sdk.compiler.int8.kernels import Kernel
 from edge_sdk.models.tflite_int8 import Int8Graph, Op
 from edge_sdk.quant import int8_layout as ql, int8_pointwise as qp
@@ -113,6 +113,8 @@ def binary(g: Int8Graph, op: Op, *, name: str) -> Kernel:
     fa, fb = _bcast(va, sa, len(out_shape)), _bcast(vb, sb, len(out_shape))
     act = ref.op_act(g, op)
     out = te.compute(out_shape, lambda *i: _binary_value(op.kind, fa(i), fb(i), c, zs, act, fast), name="out")
+    if fast and op.kind in ("ADD", "SUB") and sa == sb == out_shape:  # the rescales inline, 16 lanes a vector
+        return done_elementwise([a, b, c, out], name, [row], out_shape, inline=(va, vb))
     return _done([a, b, c, out], name, [row], out_shape)
 
 

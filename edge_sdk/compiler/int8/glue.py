@@ -13,7 +13,7 @@ from tvm import s_tir, te, tirx
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
 from edge_sdk.compiler.int8.kernels import Kernel
-from edge_sdk.compiler.ops.common import finish
+from edge_sdk.compiler.ops.common import finish, largest_divisor
 from edge_sdk.quant import int8 as q8, int8_nonlinear as qn
 
 
@@ -24,6 +24,21 @@ def _done(args, name: str, consts, out_shape, out_dtype="int8") -> Kernel:
     if len(loops) >= 2 and int(out_shape[0]) == 1:
         sch.parallel(loops[1])
     return Kernel(finish(sch, name), consts, tuple(int(s) for s in out_shape), out_dtype)
+
+
+def done_elementwise(args, name: str, consts, out_shape, *, inline: tuple = ()) -> Kernel:
+    """An elementwise kernel as one flat loop: the `inline` stages folded into the output, 16 int8 lanes a
+    vector (a smaller divisor of the size when 16 does not divide it), the vectors in parallel. The
+    scalar loop nest of _done spent ~24 modelled A53 cycles an element on a 32-bit fixed-point ADD."""
+    sch = s_tir.Schedule(te.create_prim_func(args))
+    for t in inline:
+        sch.compute_inline(sch.get_sblock(t.op.name))
+    out = sch.get_sblock(args[-1].op.name)
+    flat = sch.fuse(*sch.get_loops(out))
+    outer, lanes = sch.split(flat, [None, largest_divisor(int(np.prod(out_shape)), 16)])
+    sch.parallel(outer)
+    sch.vectorize(lanes)
+    return Kernel(finish(sch, name), consts, tuple(int(s) for s in out_shape))
 
 
 def add(shape, p: q8.AddParams, act, *, name: str) -> Kernel:
@@ -62,9 +77,7 @@ def pool(shape, *, kind: str, kh: int, kw: int, stride, padding: str, act, name:
                                  tirx.const(fill, "int32"))
 
     if kind == "MAX_POOL_2D":
-        r = te.compute((n, oh, ow, c), lambda a, y, z, k: te.max(tap(a, y, z, k, -128), axis=[ry, rx]), name="r")
-        out = te.compute((n, oh, ow, c), lambda *i: fp.clamp_int8(fp.i64(r(*i)), *act), name="out")
-        return _done([x, out], name, [], out.shape)
+        return _max_pool(x, (oh, ow), kh, kw, stride, (pt, pl), act, name)
     cnt = np.zeros((oh, ow), np.int32)
     for y in range(oh):
         for z in range(ow):
@@ -81,6 +94,38 @@ def pool(shape, *, kind: str, kh: int, kw: int, stride, padding: str, act, name:
 
     out = te.compute((n, oh, ow, c), avg, name="out")
     return _done([x, ct, out], name, [cnt], out.shape)
+
+
+def _max_pool(x, out_hw, kh: int, kw: int, stride, pads, act, name: str) -> Kernel:
+    """MAX_POOL_2D in int8 lanes (the max and the activation clamp need no wider type): channels
+    vectorized 16 at a time, the taps unrolled (a padding tap reads -128), rows in parallel."""
+    n, h, w, c = (int(d) for d in x.shape)
+    (oh, ow), (sh, sw), (pt, pl) = out_hw, stride, pads
+    ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
+
+    def tap(a, y, z, k):
+        iy, ix = y * sh + ry - pt, z * sw + rx - pl
+        return tirx.if_then_else(tirx.all(iy >= 0, iy < h, ix >= 0, ix < w),
+                                 x[a, tirx.max(iy, 0), tirx.max(ix, 0), k], tirx.const(-128, "int8"))
+
+    r = te.compute((n, oh, ow, c), lambda a, y, z, k: te.max(tap(a, y, z, k), axis=[ry, rx]), name="r")
+    lo, hi = (tirx.const(v, "int8") for v in act)
+    out = te.compute((n, oh, ow, c), lambda *i: tirx.max(tirx.min(r(*i), hi), lo), name="out")
+    sch = s_tir.Schedule(te.create_prim_func([x, out]))
+    rb, ob = sch.get_sblock("r"), sch.get_sblock("out")
+    la, ly, lz, lk = sch.get_loops(ob)
+    ko, ki = sch.split(lk, [None, largest_divisor(c, 16)])
+    sch.parallel(sch.fuse(la, ly))
+    sch.vectorize(ki)
+    sch.compute_at(rb, ko)
+    vk, vy, vx = sch.get_loops(rb)[-3:]
+    sch.reorder(vy, vx, vk)
+    sch.vectorize(vk)
+    sch.unroll(vy)
+    sch.unroll(vx)
+    sch.decompose_reduction(rb, vy)
+    sch.vectorize(sch.get_loops(sch.get_sblock("r_init"))[-1])
+    return Kernel(finish(sch, name), [], (n, oh, ow, c))
 
 
 def mean(shape, axes, out_shape_keep, *, in_zp, out_zp, in_scale, out_scale, name: str) -> Kernel:
