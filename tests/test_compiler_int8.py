@@ -159,13 +159,26 @@ def test_pi3_under_qemu_equals_tflite_reference(tmp_path, name):
     """NEON tiles: odd sizes, stride 2, depth multiplier 2 (awkward); 1x1 GEMMs with 8..256 channels, the
     8x8 by-lane tile and the < 8 row 6x16 one, the 1x1x256 -> classes conv (MobileNetV1); residual adds
     and narrow odd channel counts (MobileNetV2 0.1)."""
+    _assert_pi3_equals_tflite(DATA / f"{name}.tflite", tmp_path)
+
+
+@pytest.mark.qemu
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or shutil.which("qemu-aarch64") is None,
+                    reason="needs g++-aarch64-linux-gnu and qemu-user")
+@pytest.mark.parametrize("name", ["add", "add_relu", "maxpool_same"])
+def test_pi3_glue_op_under_qemu_equals_tflite_reference(tmp_path, name):
+    """The same-shape ADD as one flat loop with the NEON rescales (sqrdmulh / srshl, 4 int32 lanes) and
+    MAX_POOL_2D in int8 lanes over channels (3 here: a vector narrower than 16), on the Cortex-A53."""
+    _assert_pi3_equals_tflite(DATA / "int8_ops" / f"{name}.tflite", tmp_path)
+
+
+def _assert_pi3_equals_tflite(path: Path, tmp_path: Path) -> None:
     import tvm
 
     from edge_sdk.compiler.int8.backend import compile_int8
     from edge_sdk.runtime.execute import LocalRun, run_compiled
     from edge_sdk.targets import get_target
 
-    path = DATA / f"{name}.tflite"
     tgt = get_target("pi3")
     ex, params, _ = compile_int8(path, tgt)
     lib, pfile = tmp_path / "model.so", tmp_path / "params.bin"
@@ -173,7 +186,9 @@ def test_pi3_under_qemu_equals_tflite_reference(tmp_path, name):
     tvm.runtime.save_param_dict_to_file({k: tvm.runtime.tensor(v) for k, v in params.items()}, str(pfile))
     x = _input(path, 9)
     res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53", how=LocalRun(repeat=1))
-    np.testing.assert_array_equal(res.output, _tflite(path, x, reference=True))
+    ref = _tflite(path, x, reference=True)
+    np.testing.assert_array_equal(res.output, ref)
+    assert len(np.unique(ref)) > 1
 
 
 # -- the tiled kernels' tile shapes and tails, against the numpy reference (itself checked against TFLite) --

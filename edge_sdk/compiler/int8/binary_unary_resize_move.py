@@ -17,11 +17,13 @@ and their emission into the Relax module of compiler/int8/backend (graph/ops ent
 from __future__ import annotations
 
 import numpy as np
+import tvm
 from tvm import relax, te, tirx
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
 from edge_sdk.compiler.int8.glue import _done, done_elementwise, logistic as table_kernel
 from edge_sdk.compiler.int8.kernels import Kernel
+from edge_sdk.compiler.ops.common import simd_of
 from edge_sdk.models.tflite_int8 import Int8Graph, Op
 from edge_sdk.quant import int8_layout as ql, int8_pointwise as qp
 from edge_sdk.quant import tflite_int8_ref_ops as ref
@@ -54,20 +56,27 @@ def _consts(g: Int8Graph, op: Op) -> tuple[np.ndarray, tuple[int, int, int, int]
     return np.zeros(1, np.int32), (0, 0, 0, 0)
 
 
+def _neon_target() -> bool:
+    t = tvm.target.Target.current(allow_none=True)
+    return t is not None and simd_of(t).isa == "neon"
+
+
 def _i32(v):
     return tirx.const(int(v), "int32") if isinstance(v, int) else v.astype("int32")
 
 
-def _scaled(kind: str, a, b, c, zs, fast: bool):
+def _scaled(kind: str, a, b, c, zs, fast: bool, *, neon: bool = False):
     """ADD/SUB's per-operand rescale as their own stages over each operand's shape (one multiply per stage:
     TVM's simplifier takes ~30 s over the nested form), so a broadcast operand is rescaled once. `fast`:
-    every shift is a right shift, so the 32-bit form (fixedpoint.mbqm32, equal there) applies."""
+    every shift is a right shift, so the 32-bit form (fixedpoint.mbqm32, equal there) applies; `neon`: as
+    sqrdmulh / srshl (fixedpoint.mbqm32_neon, equal to mbqm32; the loop must be vectorized by 4)."""
     if kind not in ("ADD", "SUB"):
         return a, b
+    rq32 = fp.mbqm32_neon if neon else fp.mbqm32
 
     def stage(t, z, k, nm):
         if fast:
-            return te.compute(t.shape, lambda *i: fp.mbqm32((_i32(t(*i)) - _i32(z)) << _i32(zs[3]), c[k], c[k + 2]),
+            return te.compute(t.shape, lambda *i: rq32((_i32(t(*i)) - _i32(z)) << _i32(zs[3]), c[k], c[k + 2]),
                               name=nm)
         return te.compute(t.shape, lambda *i: fp.mbqm((fp.i64(t(*i)) - fp.i64(z)) << fp.i64(zs[3]), c[k], c[k + 1],
                                                       c[k + 2]).astype("int32"), name=nm)
@@ -75,12 +84,12 @@ def _scaled(kind: str, a, b, c, zs, fast: bool):
     return stage(a, zs[0], 0, "va"), stage(b, zs[1], 3, "vb")
 
 
-def _binary_value(kind: str, va, vb, c, zs, act, fast: bool):
+def _binary_value(kind: str, va, vb, c, zs, act, fast: bool, neon: bool = False):
     if fast and kind in ("ADD", "SUB", "MUL"):  # int32 lanes: |(a-z1)(b-z2)| <= 2^16, |va|, |vb| <= 2^28
         if kind == "MUL":
             v = fp.mbqm32((_i32(va) - _i32(zs[0])) * (_i32(vb) - _i32(zs[1])), c[0], c[2])
         else:
-            v = fp.mbqm32(va + vb if kind == "ADD" else va - vb, c[6], c[8])
+            v = (fp.mbqm32_neon if neon else fp.mbqm32)(va + vb if kind == "ADD" else va - vb, c[6], c[8])
         return fp.clamp_int8_32(v + _i32(zs[2]), *act)
     z1, z2, zo = (fp.i64(v) for v in zs[:3])
     if kind in ("ADD", "SUB"):  # va, vb: already rescaled (_scaled)
@@ -109,12 +118,14 @@ def binary(g: Int8Graph, op: Op, *, name: str) -> Kernel:
     row, zs = _consts(g, op)
     c = te.placeholder(row.shape, "int32", name="rq")
     fast = FAST_REQUANT and not np.any(row[1::3]) and op.kind in ("ADD", "SUB", "MUL")  # no left shifts
-    va, vb = _scaled(op.kind, a, b, c, zs, fast)
+    flat = fast and op.kind in ("ADD", "SUB") and sa == sb == out_shape  # the rescales inline, one flat loop
+    neon = flat and int(np.prod(out_shape)) % 4 == 0 and _neon_target()
+    va, vb = _scaled(op.kind, a, b, c, zs, fast, neon=neon)
     fa, fb = _bcast(va, sa, len(out_shape)), _bcast(vb, sb, len(out_shape))
     act = ref.op_act(g, op)
-    out = te.compute(out_shape, lambda *i: _binary_value(op.kind, fa(i), fb(i), c, zs, act, fast), name="out")
-    if fast and op.kind in ("ADD", "SUB") and sa == sb == out_shape:  # the rescales inline, 16 lanes a vector
-        return done_elementwise([a, b, c, out], name, [row], out_shape, inline=(va, vb))
+    out = te.compute(out_shape, lambda *i: _binary_value(op.kind, fa(i), fb(i), c, zs, act, fast, neon), name="out")
+    if flat:  # 16 lanes a step; on NEON as 4 int32x4 vectors (sqrdmulh / srshl take whole int32x4 only)
+        return done_elementwise([a, b, c, out], name, [row], out_shape, inline=(va, vb), vec=4 if neon else 16)
     return _done([a, b, c, out], name, [row], out_shape)
 
 

@@ -26,17 +26,21 @@ def _done(args, name: str, consts, out_shape, out_dtype="int8") -> Kernel:
     return Kernel(finish(sch, name), consts, tuple(int(s) for s in out_shape), out_dtype)
 
 
-def done_elementwise(args, name: str, consts, out_shape, *, inline: tuple = ()) -> Kernel:
+def done_elementwise(args, name: str, consts, out_shape, *, inline: tuple = (), vec: int = 16) -> Kernel:
     """An elementwise kernel as one flat loop: the `inline` stages folded into the output, 16 int8 lanes a
-    vector (a smaller divisor of the size when 16 does not divide it), the vectors in parallel. The
-    scalar loop nest of _done spent ~24 modelled A53 cycles an element on a 32-bit fixed-point ADD."""
+    step (a smaller divisor of the size when 16 does not divide it), as vectors of `vec` lanes (the step's
+    rest unrolled), the steps in parallel. The scalar loop nest of _done spent ~24 modelled A53 cycles an
+    element on a 32-bit fixed-point ADD."""
     sch = s_tir.Schedule(te.create_prim_func(args))
     for t in inline:
         sch.compute_inline(sch.get_sblock(t.op.name))
     out = sch.get_sblock(args[-1].op.name)
     flat = sch.fuse(*sch.get_loops(out))
-    outer, lanes = sch.split(flat, [None, largest_divisor(int(np.prod(out_shape)), 16)])
+    size = int(np.prod(out_shape))
+    reps = largest_divisor(size // vec, 16 // vec) if size % vec == 0 else 1
+    outer, part, lanes = sch.split(flat, [None, reps, vec if size % vec == 0 else largest_divisor(size, 16)])
     sch.parallel(outer)
+    sch.unroll(part)
     sch.vectorize(lanes)
     return Kernel(finish(sch, name), consts, tuple(int(s) for s in out_shape))
 
