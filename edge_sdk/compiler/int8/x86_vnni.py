@@ -226,19 +226,14 @@ def _schedule(sch, tile: GemmTile, lanes: int):
     for blk in (bb, cb):  # registers: ACC_SCOPE (see ops.common), a stack alloca LLVM promotes
         sch.compute_at(blk, outer[1])
         sch.set_scope(blk, 0, ACC_SCOPE)
-    bl = sch.get_loops(bb)[2:]
-    if mr > 1:
-        sch.unroll(bl[0])
-    sch.vectorize(bl[-1])
+    _by_vector(sch, sch.get_loops(bb)[2:], mr, lanes)
     if _has_block(sch, "xu"):  # a KxK conv: its padded u8 input, whole, rows in parallel
         xl = sch.get_loops(sch.get_sblock("xu"))
         sch.parallel(sch.fuse(xl[0], xl[1]))
     else:
         place_a_copy(sch, sch.get_sblock("a8"), outer, weights_outer=weights_outer, vec=tile.widen_vec)
     sch.parallel(outer[0])
-    if mr > 1:
-        sch.unroll(mi)
-    sch.vectorize(ni)
+    _by_vector(sch, [mi, ni], mr, lanes)
     inner = list(sch.get_loops(cb)[2:])  # compute_at dropped unit loops
     ci_ = inner.pop(0) if mr > 1 else None
     cj = inner.pop(0)
@@ -250,8 +245,27 @@ def _schedule(sch, tile: GemmTile, lanes: int):
     for lp in (ci_, cjo):
         if lp is not None:
             sch.unroll(lp)
-    sch.decompose_reduction(cb, rl[0] if rl else (ci_ if ci_ is not None else cjo))
+    init = sch.decompose_reduction(cb, rl[0] if rl else (ci_ if ci_ is not None else cjo))
+    il = sch.get_loops(init)[2:]
+    for lp in il[:-1]:
+        sch.unroll(lp)
+    if il:
+        sch.vectorize(il[-1])
     sch.tensorize(cji, _register(lanes))
+
+
+def _by_vector(sch, loops, mr: int, lanes: int) -> None:
+    """A tile's (row, channel) loops: rows unrolled, channels as unrolled vectors of the accumulators' width.
+    Every access to the tile is then one accumulator vector and LLVM's SROA keeps the tile in registers; a
+    2-vector-wide epilogue read left it a stack array, zeroed by a 1.5 KB memset per tile (the reduction's
+    init) and stored back after the k loop. The init's loops are vectorized too (serial, LLVM made them the
+    memset again)."""
+    *rows, col = loops  # compute_at drops a unit row loop (mr = 1)
+    if mr > 1:
+        sch.unroll(rows[0])
+    co, ci = sch.split(col, [None, lanes])
+    sch.unroll(co)
+    sch.vectorize(ci)
 
 
 def _has_block(sch, name: str) -> bool:
