@@ -5,9 +5,10 @@
 Numerics are quant/bitserial_net_ref.py's (stem_codes), the model's are models/binarized.py's (Stem):
 1. quantize: round(x / in_scale) + in_zp, clamped to int8, as TFLite's QUANTIZE (quant.int8.quantize);
    our own kernel, vectorized over each image row (the int8 backend's glue.quantize is scalar).
-2. conv: the int8 backend's conv (compiler/int8/kernels.conv2d: the register-tiled GEMM, smlal tile on
-   aarch64, vpmaddwd on x86) with its fused epilogue bias + fixed-point requantize + clamp; zero point
-   0 and clamp [0, 2^a - 1] make its int8 outputs the a-bit codes themselves.
+2. conv: the int8 backend's conv as its own stems run it (compiler/int8/kernels.conv2d: on aarch64 the
+   pre-padded im2col rows and the 8-bit A53 tile, gemm_int8_a53_ldr64; VNNI / vpmaddwd on x86) with its
+   fused epilogue bias + fixed-point requantize + clamp; zero point 0 and clamp [0, 2^a - 1] make its int8
+   outputs the a-bit codes themselves.
 3. pool + pack (one kernel, ours): max pool 3x3/2 on the int8 codes, then the bitpack of each output row
    from a row buffer. Pooling codes equals quantizing pooled values (the quantizer is monotone
    non-decreasing, see bitserial_net_ref.stem_codes); padded taps are skipped (codes >= 0, every window
@@ -42,10 +43,17 @@ def quantize_prim_func(shape, *, scale: float, zero_point: int, name: str):
     from edge_sdk.compiler.ops.common import finish
 
     x = te.placeholder(tuple(shape), "float32", name="x")
-    inv = tirx.const(float(np.float32(scale)), "float32")
+    s32 = np.float32(scale)
+    if np.frexp(s32)[0] == 0.5:  # a power of two (the stems' 2^-7): x * 2^k is x / scale exactly, and a vector
+        inv = tirx.const(float(np.float32(1) / s32), "float32")  # fdiv holds the divider 14 cycles (a53.py)
 
-    def f(*i):
-        return _quantized(x(*i) / inv, zero_point).astype("int8")
+        def f(*i):
+            return _quantized(x(*i) * inv, zero_point).astype("int8")
+    else:
+        inv = tirx.const(float(s32), "float32")
+
+        def f(*i):
+            return _quantized(x(*i) / inv, zero_point).astype("int8")
 
     out = te.compute(tuple(shape), f, name="quantize")
     sch = s_tir.Schedule(te.create_prim_func([x, out]))
@@ -56,80 +64,6 @@ def quantize_prim_func(shape, *, scale: float, zero_point: int, name: str):
     if lanes > 1:
         sch.vectorize(sch.split(wc, [None, lanes])[1])
     return finish(sch, name)
-
-
-def quantize_pad_prim_func(shape, *, scale: float, zero_point: int, pads, name: str):
-    """float32 NHWC -> int16 (N, H+pt+pb, W+pl+pr, C): the int8 quantize of quantize_prim_func, padded with
-    the zero point and widened once, so the conv's im2col is a plain gather (no bounds, no widening)."""
-    from tvm import s_tir, te, tirx
-
-    from edge_sdk.compiler.ops.common import finish
-
-    n, h, w, c = (int(d) for d in shape)
-    pt, pb, pl, pr = pads
-    x = te.placeholder((n, h, w, c), "float32", name="x")
-    inv = tirx.const(float(np.float32(scale)), "float32")
-
-    def f(a, y, z, k):
-        r = _quantized(x[a, y - pt, z - pl, k] / inv, zero_point)
-        inside = tirx.all(y >= pt, y < h + pt, z >= pl, z < w + pl)
-        return tirx.if_then_else(inside, r.astype("int16"), tirx.const(zero_point, "int16"))
-
-    out = te.compute((n, h + pt + pb, w + pl + pr, c), f, name="quantize")
-    sch = s_tir.Schedule(te.create_prim_func([x, out]))
-    la, ly, _, _ = sch.get_loops(sch.get_sblock("quantize"))
-    sch.parallel(sch.fuse(la, ly))
-    return finish(sch, name)
-
-
-def conv_rows_gemm(xp_shape, w_hwio: np.ndarray, bias, rq, *, stride: int, out_hw, name: str):
-    """The int8 backend's NEON GEMM (compiler/int8/gemm_int8_widen16.py: 8 pixels x 8 channels, 16 smlal by lane per k
-    step, its schedule and epilogue) on an input already quantized, padded and widened to int16: a row
-    tile of 8 pixels never crosses an image row (OW % 8 == 0), so the im2col gather has no bounds checks
-    and no per-element index division. Returns (func, consts, (M, COpad)). rq: a quant.int8.Requant with
-    zero points 0 (the input zero point is in the padded input already)."""
-    from tvm import s_tir, te
-
-    from edge_sdk.compiler.int8 import fixedpoint as fp
-    from edge_sdk.compiler.int8 import gemm_int8_widen16 as gemm
-    from edge_sdk.compiler.ops.common import finish, round_up
-
-    n, _, _, ci = (int(d) for d in xp_shape)
-    kh, kw, _, co = w_hwio.shape
-    oh, ow = out_hw
-    mr = nr = 8
-    if ow % mr:
-        raise CompileError(f"integer stem: output width {ow} is not a multiple of {mr}")
-    m, npad, tpr = n * oh * ow, round_up(co, nr), ow // mr
-    x = te.placeholder(tuple(int(d) for d in xp_shape), "int16", name="x")
-    wp = gemm.pack_weight(w_hwio, nr, pairs=False)
-    wt = te.placeholder(wp.shape, "int16", name="w")
-    bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
-
-    def a16(io, ry, rx, c, ii):
-        img, rem = io // (oh * tpr), io % (oh * tpr)
-        return x[img, rem // tpr * stride + ry, (rem % tpr * mr + ii) * stride + rx, c]
-
-    a_t = te.compute((m // mr, kh, kw, ci, mr), a16, name="a16")
-    ry, rx, rc = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx"), te.reduce_axis((0, ci), "rc")
-    acc = te.compute((m, npad), lambda i, j: te.sum(
-        a_t[i // mr, ry, rx, rc, i % mr].astype("int32") * wt[j // nr, ry, rx, rc, j % nr].astype("int32"),
-        axis=[ry, rx, rc]), name="acc")
-    biased = te.compute((m, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
-    lo, hi = rq.act
-    out = te.compute((m, npad), lambda i, j: fp.clamp_int8_32(fp.mbqm32(biased[i, j], mt[j], rt_[j]), lo, hi),
-                     name="out")
-    sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
-    gemm.schedule(sch, gemm.GemmTile(mr, nr, m, kh * kw * ci, npad, (kh, kw, ci), pairs=False, widen_vec=False,
-                                     lanes=True))
-
-    def padded(v):
-        o = np.zeros(npad, np.int32)
-        o[:co] = v
-        return o
-
-    consts = [wp, padded(bias), padded(rq.multiplier), padded(-np.asarray(rq.shift, np.int64))]
-    return finish(sch, name), consts, (m, npad)
 
 
 @dataclass(frozen=True)
@@ -196,6 +130,29 @@ def _schedule_pool_out(sch, res, *, packed: bool, channels: int) -> None:
         sch.vectorize(sch.split(sch.get_loops(pb)[-1], [None, lanes])[1])
 
 
+def _schedule_pool_pack_words(sch, dest: StemOut) -> None:
+    """Whole words (C % word bits == 0): rows in parallel; per output pixel and word the pool of the word's
+    channels (one int8 vector a tap), its bit planes as word lanes and bitpack.pack_intrin's vector shift
+    and horizontal add. Why: the te.sum bitpack of the other path is a scalar loop, ~5 instructions a bit
+    (ResNet18 224's stem: 1.2 of its 53.6 modelled M cycles in this kernel)."""
+    from edge_sdk.compiler.bitserial.bitpack import TILE_SCOPE, pack_intrin
+
+    pn, py, _px, pw, pb, pk = sch.get_loops(sch.get_sblock("pack"))
+    sch.parallel(sch.fuse(pn, py))
+    for blk in (sch.get_sblock("bits"), sch.get_sblock("pool")):
+        sch.compute_at(blk, pw)
+        sch.set_scope(blk, 0, TILE_SCOPE)
+    sch.vectorize(sch.get_loops(sch.get_sblock("pool"))[-1])
+    bl = sch.get_loops(sch.get_sblock("bits"))
+    if dest.bits > 1:
+        sch.unroll(bl[-2])
+    sch.vectorize(bl[-1])
+    if int(sch.get(pb).extent) > 1:
+        sch.unroll(pb)
+    sch.decompose_reduction(sch.get_sblock("pack"), pk)
+    sch.tensorize(pk, pack_intrin(dest.word))
+
+
 def pool_out_prim_func(codes_shape, stem, dest: StemOut, *, grid, channels: int, name: str):
     """int8 codes -> max pool (stem.pool, pool_stride, pool_pad; pool 0: none) -> what `dest` says.
 
@@ -203,11 +160,17 @@ def pool_out_prim_func(codes_shape, stem, dest: StemOut, *, grid, channels: int,
     """
     from tvm import s_tir, te, tirx
 
-    from edge_sdk.compiler.bitserial.kernels import bitpack
+    from edge_sdk.compiler.bitserial.bitpack import pack_planes
+    from edge_sdk.compiler.bitserial.kernels import WORD_BITS, bitpack
     from edge_sdk.compiler.ops.common import finish
 
     x = te.placeholder(tuple(codes_shape), "int8", name="codes")
     pooled = _pooled(x, stem, grid=grid, channels=channels)
+    if dest.out == "packed" and channels % WORD_BITS[dest.word] == 0:
+        res = pack_planes(pooled, bits=dest.bits, word=dest.word)
+        sch = s_tir.Schedule(te.create_prim_func([x, res]))
+        _schedule_pool_pack_words(sch, dest)
+        return finish(sch, name), tuple(int(d) for d in pooled.shape)
     if dest.out in ("packed", "codes"):
         res = te.compute(pooled.shape, lambda *i: pooled(*i).astype("int32"), name="widen")
         if dest.out == "packed":
@@ -242,21 +205,12 @@ def emit_int8_stem(bb, x, net, *, simd, word: str, out: str = "packed"):
     if pads != (t, b, l, r):
         raise CompileError(f"integer stem: padding {s.pad} is not TFLite SAME {pads} for {in_shape}, k {kh}")
     rows = {}
-    if simd.isa == "neon" and ow % 8 == 0 and s.in_zp == 0:  # the row-tiled variant (conv_rows_gemm)
-        xp_shape = (in_shape[0], in_shape[1] + t + b, in_shape[2] + l + r, in_shape[3])
-        qf = quantize_pad_prim_func(in_shape, scale=s.in_scale, zero_point=s.in_zp, pads=pads,
-                                    name="edge_stem_quantize")
-        xq = bb.emit(relax.call_tir(bb.add_func(qf, "edge_stem_quantize"), [x], relax.TensorType(xp_shape, "int16")),
-                     name_hint="conv1_quantize")
-        func, consts, out_shape = conv_rows_gemm(xp_shape, s.qweight, s.qbias, Requant(0, s.mult, s.shift, 0, act),
-                                                 stride=s.stride, out_hw=(oh, ow), name="edge_stem_conv_i8")
-    else:  # the int8 backend's conv as it is (x86: its vpmaddwd GEMM)
-        qf = quantize_prim_func(in_shape, scale=s.in_scale, zero_point=s.in_zp, name="edge_stem_quantize")
-        xq = bb.emit(relax.call_tir(bb.add_func(qf, "edge_stem_quantize"), [x], relax.TensorType(in_shape, "int8")),
-                     name_hint="conv1_quantize")
-        k = kernels.conv2d(in_shape, np.ascontiguousarray(s.qweight.transpose(3, 0, 1, 2)), s.qbias,
-                           Requant(s.in_zp, s.mult, s.shift, 0, act), win, simd=simd, name="edge_stem_conv_i8")
-        func, consts, out_shape = k.func, k.consts, k.out_shape
+    qf = quantize_prim_func(in_shape, scale=s.in_scale, zero_point=s.in_zp, name="edge_stem_quantize")
+    xq = bb.emit(relax.call_tir(bb.add_func(qf, "edge_stem_quantize"), [x], relax.TensorType(in_shape, "int8")),
+                 name_hint="conv1_quantize")
+    k = kernels.conv2d(in_shape, np.ascontiguousarray(s.qweight.transpose(3, 0, 1, 2)), s.qbias,
+                       Requant(s.in_zp, s.mult, s.shift, 0, act), win, simd=simd, name="edge_stem_conv_i8")
+    func, consts, out_shape = k.func, k.consts, k.out_shape
     rows[xq.name] = {"op": "quantize", "flops": int(np.prod(in_shape))}
     codes = bb.emit(relax.call_tir(bb.add_func(func, "edge_stem_conv_i8"), [xq] + [const(c) for c in consts],
                                    relax.TensorType(out_shape, "int8")), name_hint="conv1")
