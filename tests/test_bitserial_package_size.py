@@ -30,7 +30,7 @@ def test_w1a2_package_stores_binary_weights_bit_packed(tmp_path):  # the float s
     assert main(["compile", "resnet18", "--alpha", str(OPTS["alpha"]), "--resolution", str(OPTS["resolution"]),
                  "--classes", str(OPTS["classes"]), "--seed", str(OPTS["seed"]), "--variant", "w1a2-float-stem",
                  "-o", str(pkg)]) == 0
-    net = binarized_resnet18(a_bits=2, w_bits=1, **OPTS)
+    net = binarized_resnet18(a_bits=2, w_bits=1, stem="float32", **OPTS)  # the variant compiled above
     want = _weights_bytes(net)
     p = open_package(pkg, tmp_path / "open")
     params = tvm.runtime.load_param_dict_from_file(str(p.member("params.bin")))

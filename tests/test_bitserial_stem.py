@@ -16,7 +16,7 @@ RNG = np.random.default_rng(77)
 
 
 def _net(ab=2, wb=1, **kw):
-    # the integer stem is what this file tests (the default stem is float32: models/binarized.py DEFAULT_STEM)
+    # the integer stem is what this file tests (the default, models/binarized.py DEFAULT_STEM; named here)
     return binarized_resnet18(a_bits=ab, w_bits=wb, **(dict(alpha=0.25, resolution=32, classes=10, seed=5,
                                                             stem="int8") | kw))
 

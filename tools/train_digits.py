@@ -185,7 +185,7 @@ def builder_stem():
     """(weight HWIO, bias) of the binarized builder's stem for the stored float weights."""
     from edge_sdk.models.binarized import binarized_resnet18
 
-    st = binarized_resnet18(a_bits=1, w_bits=1, weights=weights_path("float"), **SPEC).stem
+    st = binarized_resnet18(a_bits=1, w_bits=1, weights=weights_path("float"), stem="float32", **SPEC).stem
     return st.weight, st.bias
 
 
@@ -297,6 +297,7 @@ def make_int8() -> None:
 
 
 # ---------------------------------------------------------------- compiled evaluation
+TABLE_STEM = "float32"  # digits_accuracy.json's binarized rows: the training stem (bench/accuracy.py STEM is int8)
 ROWS = [  # (row name, weights, glue, shiftnorm)
     ("w1a2 fused", "w1a2", "fused", True),
     ("w1a2 unfused", "w1a2", "unfused", True),
@@ -333,12 +334,12 @@ def evaluate(torch_acc: dict | None) -> dict:
                               "torch": None, "note": note})
     else:
         table["rows"].append({"variant": "int8", "compiled": None, "note": "pending: run with --int8"})
-    for name, kind, glue, sn in ROWS:
-        net = digits.binarized_net(kind, shiftnorm=sn)
-        ex, params = digits.compile_binarized_kind(kind, host, glue=glue, shiftnorm=sn)
+    for name, kind, glue, sn in ROWS:  # the stem the nets were trained with (tests/test_digits_accuracy MEASURED;
+        net = digits.binarized_net(kind, shiftnorm=sn, stem=TABLE_STEM)  # the int8 stem's: MEASURED_INT8_STEM)
+        ex, params = digits.compile_binarized_kind(kind, host, glue=glue, shiftnorm=sn, stem=TABLE_STEM)
         compiled = digits.predict_compiled(ex, params, x)
         ref = digits.predict_reference(net, x, glue=glue)
-        table["rows"].append({"variant": name, "weights": kind, "glue": glue, "shiftnorm": sn,
+        table["rows"].append({"variant": name, "weights": kind, "glue": glue, "shiftnorm": sn, "stem": TABLE_STEM,
                               "compiled": digits.accuracy(compiled, y), "reference": digits.accuracy(ref, y),
                               "same_predictions_as_reference": bool(np.array_equal(compiled.argmax(-1),
                                                                                    ref.argmax(-1))),

@@ -1,7 +1,7 @@
 """Binarized zoo networks (Riptide layout): how a float zoo model becomes a bitserial network.
 
 ResNet18 (the zoo's `_resnet18`, same names, same seeded weights or .npz):
-  stem    (stem="int8", selectable; DEFAULT_STEM says why float32 is the default) integer only, straight to codes: the input is quantized to int8
+  stem    (stem="int8", the default, DEFAULT_STEM; stem="float32" selectable) integer only, straight to codes: the input is quantized to int8
           (scale 1/128, zero point 0: the golden 1/128 grid exactly; +1.0 saturates to 127/128), conv1's
           BN-folded weights to int8 per output channel (symmetric, max|w| -> 127) with an int32 bias on the
           accumulator's grid; int32 accumulation; the epilogue is the int8 backend's: TFLite's fixed-point
@@ -62,11 +62,12 @@ from edge_sdk.quant.glue import FusedGlue, GlueParams, derive_fused_glue, flip_w
 INPUT_GRID_BITS = 7  # the golden input is k / 128
 STEM_INPUT_SCALE, STEM_INPUT_ZERO_POINT = 2.0 ** -INPUT_GRID_BITS, 0  # the integer stem's int8 input
 STEMS = ("int8", "float32")
-# float32 by default: on the A53 proxy the integer stem runs as many instructions (no sdot: an int8 MAC is a
-# 16-bit smlal, 4 per instruction like fmla), on x86 it is slower (generic int8 conv path), and as a
-# post-training quantization of a stem trained in float it cost 5 of 360 digits images (w1a2).
-# (The compiled zoo variants name their stem in variants.py: w1a1/w1a2/... int8, w1a1/w1a2-float-stem float32.)
-DEFAULT_STEM = "float32"
+# int8 by default, the stem every compiled product uses: the zoo variants (variants.py: w1a1/w1a2/... int8) and
+# the digits accuracy (bench/accuracy.py STEM). On the A53 it is the int8 backend's 8-bit tile (ResNet18 224:
+# ~35 modelled ms for quantize + conv + pool + pack); as a post-training quantization of a stem trained in float
+# it costs 5 of 360 digits images (w1a2). stem="float32" (the digits nets' training stem, tools/train_digits.py;
+# variants w1a1/w1a2-float-stem) stays selectable.
+DEFAULT_STEM = "int8"
 STEM_WEIGHT_BITS = 9  # |m| <= 511: 147 taps * 128 * 511 < 2^24, exact in float32
 
 
