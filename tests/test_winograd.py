@@ -143,6 +143,9 @@ def test_packed_rule_and_asm_call():
     text = {s: _case(shape, co, pad, m, simd, residual=residual, act=act, schedule=s)[0].body.script()
             for s in ("default", "planar")}
     assert "edge_a53_sgemm_8x8" in text["default"] and "edge_a53_sgemm_8x8" not in text["planar"]
+    # PRFM ahead of the input rows (m + 2), M (1) and R's rows (m, with a residual): packed path only
+    want = (m + 2) + 1 + (m if residual else 0)
+    assert text["default"].count("llvm.prefetch") == want and "llvm.prefetch" not in text["planar"]
 
 
 @pytest.mark.qemu

@@ -27,6 +27,7 @@ import tvm
 from tvm import s_tir, te
 
 from edge_sdk.compiler.ops import conv1x1_gemm_a53 as a53
+from edge_sdk.compiler.ops import prefetch_a53 as pf
 from edge_sdk.compiler.ops.common import ACC_SCOPE, NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner
 
 # Lavin & Gray's matrices (points 0, +-1, +-2, infinity for m=4; 0, +-1, infinity for m=2).
@@ -180,7 +181,8 @@ def _winograd(shape, padding, cpad: int, plan: tuple[int, str], simd: Simd, epi:
     else:
         _schedule_gemm(sch, mr, nr, ci)
     _schedule_output(sch, simd, m)
-    return finish(sch, name, workload=workload)
+    func = finish(sch, name, workload=workload)
+    return _prefetch(func, sch, (m, tw, tiles, tp), simd.lanes) if asm else func
 
 
 def _vec_split(sch, loop, extent: int, lanes: int):
@@ -283,3 +285,31 @@ def _schedule_output(sch, simd: Simd, m: int) -> None:
     for lp in z_loops[:-1]:
         sch.unroll(lp)
     sch.vectorize(z_loops[-1])
+
+
+
+def _prefetch(func, sch, geo, lanes: int):
+    """PRFM PLDL1KEEP (prefetch_a53) once per channel-vector step for the streams the A53's two-stream
+    prefetcher loses: the input transform's alpha rows of the padded input (2m pixels ahead: the tile
+    after next), the output transform's tile-major M (one tile ahead, within PRFM's 32 KB immediate)
+    and the epilogue's m rows of R (the next tile). Modelled pi3, 1 thread, residual + ReLU, before ->
+    after (M cycles): 56x56x64 27.05 -> 23.78, 28x28x128 22.23 -> 19.86, 14x14x256 25.64 -> 24.20,
+    7x7x512 (m=2) 32.77 -> 31.69: the DRAM stall of M's reads, whose 36 loads a step LLVM issues out
+    of address order, so the stride prefetcher does not follow them."""
+    m, tw, tiles, tp = geo
+    t1 = sch.get_sblock("T1")
+    pv, cv = (pf.loop_var(sch, lp) for lp in sch.get_loops(t1)[:2])
+    p = tvm.tirx.min(pv, tiles - 1) if tp != tiles else pv
+    names = [region.source.name for region in sch.get(t1).reads]
+    xp = pf.read_buffer(sch, "T1", "pad" if "pad" in names else "X")
+    func = pf.at_loop_top(func, cv, [pf.prefetch(xp, [0, (p // tw) * m + i, (p % tw) * m + 2 * m, cv * lanes])
+                                     for i in range(m + 2)])
+    _, yo, xo, ko = sch.get_loops(sch.get_sblock("out"))[:4]
+    yv, xv, kv = (pf.loop_var(sch, lp) for lp in (yo, xo, ko))
+    mb = pf.read_buffer(sch, "Z", "M")
+    ahead = min((m + 2) * (m + 2) * int(mb.shape[3]), pf.MAX_AHEAD // 4)
+    stmts = [pf.prefetch(mb, [yv * tw + xv, 0, 0, kv * lanes + ahead])]
+    if len(func.params) == 5:  # X, U, bias, R, out
+        r = pf.read_buffer(sch, "out", "R")
+        stmts += [pf.prefetch(r, [0, yv * m + i, xv * m + m, kv * lanes]) for i in range(m)]
+    return pf.at_loop_top(func, kv, stmts)
