@@ -18,12 +18,13 @@ CASES = [
     ((1, 9, 10, 8), 24, "VALID", False),   # 7 x 8 out, no padding taps
     ((2, 5, 6, 32), 8, "SAME", False),     # batch 2: tiles of both images in one block
     ((1, 8, 6, 64), 16, "SAME", True),     # x = -128, w in {-128, 127}: |V| = 512, |U| = 1152
+    ((1, 9, 8, 64), 72, "SAME", False),    # 5 x 4 = 20 tiles, 3 blocks; CI, CO >= 64: "default" is blocked
 ]
 
 
-def _case(i, xs, co, padding, extreme):
+def _case(i, xs, co, padding, extreme, schedule="winograd_f23"):
     from edge_sdk.compiler.int8 import gemm_int8_smull_neon as g8
-    from edge_sdk.compiler.int8 import kernels, winograd_int8_f23
+    from edge_sdk.compiler.int8 import kernels
     from edge_sdk.compiler.int8.gemm_int8_widen16 import ConvGeom
     from edge_sdk.quant import int8 as q8
 
@@ -42,7 +43,7 @@ def _case(i, xs, co, padding, extreme):
     oh, ow, pads = win.place(xs, 3, 3)
     geom = ConvGeom((1, 1), (1, 1), pads, (oh, ow))
     w_hwio = np.ascontiguousarray(w.transpose(1, 2, 3, 0))
-    func, up, npad = g8.conv_gemm8(xs, w_hwio, rq, geom=geom, name="k", schedule=winograd_int8_f23.SCHEDULE)
+    func, up, npad = g8.conv_gemm8(xs, w_hwio, rq, geom=geom, name="k", schedule=schedule)
     consts = np.zeros((3, npad), np.int32)
     consts[:, :co] = kernels._folded_bias(bias, w_hwio.reshape(-1, co), rq.in_zp, 0), mult, -shift
     k = kernels.Kernel(func, [up, *consts], (xs[0] * oh * ow, npad))
@@ -52,13 +53,19 @@ def _case(i, xs, co, padding, extreme):
 @pytest.mark.qemu
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or shutil.which("qemu-aarch64") is None,
                     reason="needs g++-aarch64-linux-gnu and qemu-user")
-def test_winograd_f23_under_qemu_equals_reference():
-    cases = [_case(i, *c) for i, c in enumerate(CASES)]
-    for _, k, _ in cases:
+@pytest.mark.parametrize("schedule", ["winograd_f23", "winograd_f23/g1", "winograd_f23/g2", "winograd_f23/g3", "default"])
+def test_winograd_f23_under_qemu_equals_reference(schedule):
+    """The whole-tensor stages and the blocked ones (winograd_int8_f23_blocked: V per group of G tile blocks,
+    M per tile block; G = 2 and 3 leave a partial group on the 1- and 2-block cases); "default": the rule
+    (the 8-bit GEMM below 64 channels, the blocked Winograd on the last case)."""
+    # the 8-bit GEMM that "default" gives below 64 channels takes weights in [-127, 127] only (TFLite's)
+    chosen = [(i, c) for i, c in enumerate(CASES) if schedule != "default" or not c[3]]
+    cases = [_case(i, *c, schedule) for i, c in chosen]
+    for _, k, _ in cases if schedule != "default" else cases[-1:]:
         assert k.consts[0].dtype == np.int16 and k.consts[0].shape[1] == 16  # the transformed weights
     out = _run_pi3([k for _, k, _ in cases], [x for x, _, _ in cases])
     at = 0
-    for case, (_, k, ref) in zip(CASES, cases):
+    for (_, case), (_, k, ref) in zip(chosen, cases):
         size = int(np.prod(k.out_shape))
         got = out[at:at + size].reshape(k.out_shape)[:, :ref.shape[-1]].reshape(ref.shape)
         at += size
@@ -74,3 +81,13 @@ def test_winograd_f23_is_offered_only_for_3x3_stride_1():
     assert "winograd_f23" not in candidates("int8.gemm8", base | {"stride": [2, 2], "out_hw": [14, 14]})
     assert "winograd_f23" not in candidates("int8.gemm8", base | {"w": [1, 1, 64, 64]})
     assert "winograd_f23" not in candidates("int8.gemm8", base | {"x": [1, 4, 4, 64], "out_hw": [4, 4]})
+
+
+def test_winograd_f23_default_groups():
+    """Small groups where U fits the L2, one group where it does not (the layers priced in the docstring)."""
+    from edge_sdk.compiler.int8 import winograd_int8_f23_blocked as f23b
+
+    assert f23b.default_group(64, 64, 98) == 2 and f23b.default_group(128, 128, 25) == 2
+    assert f23b.default_group(256, 256, 7) == 7 and f23b.default_group(512, 512, 2) == 2
+    assert f23b.default_group(64, 64, 1) == 1
+    assert f23b.parse_group("winograd_f23/g7") == 7 and f23b.parse_group("winograd_f23") is None

@@ -200,10 +200,14 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, pa
     default for the layers winograd_int8_f23.is_default names).
 
     Returns (func, packed int8 weight, npad). Arguments: x, W, bias, mult, rshift (int32, (npad,))."""
-    from edge_sdk.compiler.int8 import winograd_int8_f23 as f23
+    from edge_sdk.compiler.int8 import winograd_int8_f23 as f23, winograd_int8_f23_blocked as f23b
 
-    if schedule == f23.SCHEDULE or (schedule == "default" and f23.is_default(x_shape, w_hwio.shape, geom)):
+    if schedule == "default" and f23.is_default(x_shape, w_hwio.shape, geom):
+        schedule = f23b.default_schedule(x_shape, w_hwio.shape, geom)
+    if schedule == f23.SCHEDULE:
         return f23.conv_f23(x_shape, w_hwio, rq, geom=geom, name=name)
+    if f23b.parse_group(schedule):
+        return f23b.conv_f23_blocked(x_shape, w_hwio, rq, geom=geom, name=name, group=f23b.parse_group(schedule))
     kh, kw, ci, co = w_hwio.shape
     m = x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
     npad, mp = round_up(co, NR), round_up(m, MR)

@@ -19,6 +19,7 @@ from tvm import s_tir, te, tirx
 from edge_sdk.compiler.int8 import fixedpoint as fp
 from edge_sdk.compiler.int8 import dwconv, gemm_int8_smull_neon, gemm_int8_widen16, x86_vnni
 from edge_sdk.compiler.int8 import winograd_int8_f23  # noqa: F401  (registers its int8.gemm8 candidate)
+from edge_sdk.compiler.int8 import winograd_int8_f23_blocked  # noqa: F401  (registers its int8.gemm8 candidates)
 from edge_sdk.compiler.int8.gemm_int8_widen16 import DENSE, ConvGeom
 from edge_sdk.compiler.ops.common import Simd, finish, largest_divisor
 from edge_sdk.quant.int8 import Requant, Window
