@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import xdist_units
+
 DATA = Path(__file__).parent / "data"
 
 # compile's per-layer schedule choice on Pi targets (compile/choice): the suite compiles with what a user
@@ -59,22 +61,18 @@ SLOW_TESTS = {
 }
 
 
-# Tests that start stand-in devices (sshd servers on 127.0.0.x with their own Unix users, emulated Pis in
-# network namespaces, the demo): under `pytest -n 2 --dist loadgroup` (the README's test command) they all
-# run in one worker, in order, so two workers never create the same users, addresses or namespaces.
-DEVICE_FILES = ("tests/fleet/", "tests/test_demo.py", "tests/test_demo_modelled.py",
-                "tests/test_tune.py", "tests/test_tune_device.py", "tests/test_wheel.py")
-DEVICE_FIXTURES = {"loopback_fleet", "fresh_fleet", "emulated_pis", "reduced_demo"}
+def pytest_configure(config):
+    # the README's `-n 2 --dist loadgroup`: which tests share a worker, and in which order (tests/xdist_units.py)
+    config.pluginmanager.register(xdist_units, "edge-sdk-xdist-units")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         where = item.nodeid.split("[")[0]
-        if where.startswith(DEVICE_FILES) or DEVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("devices"))
         if (item.get_closest_marker("qemu") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
                 or where in SLOW_TESTS):
             item.add_marker(pytest.mark.slow)
+    xdist_units.write_units(config, items)
 
 
 @pytest.fixture(scope="session")
