@@ -39,6 +39,11 @@ def _host_executable(path: Path):
     return ex, params
 
 
+# the model tests share _host_executable's compiles only inside one process: under `pytest -n 2` they are one
+# unit of work (tests/xdist_units.py), so each model compiles once in the suite, not once per worker
+SAME_WORKER = pytest.mark.xdist_group("test_compiler_int8-host-models")
+
+
 def _run_host(path: Path, x: np.ndarray) -> np.ndarray:
     import tvm
     from tvm import relax
@@ -67,6 +72,7 @@ def test_compiled_single_op_equals_tflite_reference(path):
     np.testing.assert_array_equal(_run_host(path, x), _tflite(path, x, reference=True))
 
 
+@SAME_WORKER
 @pytest.mark.parametrize("path", _existing(FAST_MODELS), ids=lambda p: p.stem)
 def test_compiled_model_equals_tflite_reference(path):
     x = _input(path, 5)
@@ -75,6 +81,7 @@ def test_compiled_model_equals_tflite_reference(path):
     assert len(np.unique(ref)) > 1
 
 
+@SAME_WORKER
 @pytest.mark.slow
 @pytest.mark.parametrize("path", _existing(SLOW_MODELS), ids=lambda p: p.stem)
 def test_compiled_bigger_model_equals_tflite_reference(path):
@@ -82,6 +89,7 @@ def test_compiled_bigger_model_equals_tflite_reference(path):
     np.testing.assert_array_equal(_run_host(path, x), _tflite(path, x, reference=True))
 
 
+@SAME_WORKER
 @pytest.mark.parametrize("name", [
     "awkward_37x30_int8", "mobilenet_v1_0.25_64_int8",
     pytest.param("resnet18_w8_64_int8", marks=pytest.mark.slow),

@@ -9,8 +9,9 @@ the scheduler for --dist loadgroup:
 - units: the tests of one xdist_group mark, or of one costly session fixture (SHARED_SESSION), are one unit;
   the tests of a file that share a module- or class-scoped fixture (a compile, a calibration run) are one unit;
   any other test is a unit of its own;
-- order: the units with more slow tests first, quick tests last, each in collection order (longest first,
-  roughly: the last units handed out are short, so no worker idles at the end while the other finishes).
+- order: the units with more slow tests first (then more qemu tests), quick tests last, each in collection
+  order (longest first, roughly: the last units handed out are short, so no worker idles at the end while
+  the other finishes a long one).
 
 No unit for the stand-in devices: each fleet gets its own random id, Unix users, free ports and random
 subnets (edge_sdk/devices), so the device tests run on both workers (as they did in every CI run so far).
@@ -55,14 +56,15 @@ def order(items: list) -> dict[str, str]:
     {nodeid: unit} for the tests that share a unit."""
     units = {it.nodeid: unit_of(it) or it.nodeid for it in items}
     first: dict[str, int] = {}
-    slow: dict[str, int] = {}
+    slow: dict[str, list[int]] = {}  # unit: [slow tests, qemu tests] (qemu tests are slow too: conftest.py)
     for i, it in enumerate(items):
         u = units[it.nodeid]
         first.setdefault(u, i)
-        t = 1 if it.get_closest_marker("slow") else 0  # qemu tests are slow too (tests/conftest.py)
-        slow[u] = slow.get(u, 0) + t
+        n = slow.setdefault(u, [0, 0])
+        n[0] += it.get_closest_marker("slow") is not None
+        n[1] += it.get_closest_marker("qemu") is not None
     index = {it.nodeid: i for i, it in enumerate(items)}
-    items.sort(key=lambda it: (-slow[units[it.nodeid]], first[units[it.nodeid]], index[it.nodeid]))
+    items.sort(key=lambda it: (*(-k for k in slow[units[it.nodeid]]), first[units[it.nodeid]], index[it.nodeid]))
     return {n: u for n, u in units.items() if u != n}
 
 
