@@ -124,11 +124,7 @@ class Chooser:
                 results[name] = {**results[first_of[h]], "same_code_as": first_of[h]}
                 continue
             first_of[h] = name
-            p = self.price(site, name, self.target, acts, ref=ref)
-            self.stats["priced"] += 1
-            results[name] = p.to_json()
-            self.say(f"choice {site.family} {site.layer}: {name} "
-                     + (f"{p.cycles / 1e6:.2f} M modelled cycles" if p.ok else f"rejected ({p.reason})"))
+            results[name] = self._price_one(site, name, h, acts, ref)
         good = {n: r for n, r in results.items() if r.get("ok")}
         default_cycles = results[DEFAULT].get("cycles") if results[DEFAULT].get("ok") else None
         if not good:
@@ -138,6 +134,22 @@ class Chooser:
         win = min(good, key=lambda n: (good[n]["cycles"], n != DEFAULT))
         return {"schedule": win, "modelled_cycles": good[win]["cycles"], "default_cycles": default_cycles,
                 "candidates": {n: {k: v for k, v in r.items() if k != "schedule"} for n, r in results.items()}}
+
+    def _price_one(self, site: Site, name: str, code: str, acts, ref) -> dict:
+        """One candidate's price (Priced.to_json), cached by its own code hash: when a kernel helper changes
+        one candidate (or adds one), a re-run prices only that one; the others' prices are read back."""
+        pkey = choice_cache.key(site, {"price": code}, self.target) if self.use_cache else None
+        hit = choice_cache.load(pkey) if pkey else None
+        if hit is not None and isinstance(hit.get("price"), dict):
+            self.stats["price_cached"] = self.stats.get("price_cached", 0) + 1
+            return {**hit["price"], "schedule": name}
+        p = self.price(site, name, self.target, acts, ref=ref)
+        self.stats["priced"] += 1
+        self.say(f"choice {site.family} {site.layer}: {name} "
+                 + (f"{p.cycles / 1e6:.2f} M modelled cycles" if p.ok else f"rejected ({p.reason})"))
+        if pkey and (p.ok or "differs" in p.reason):  # a verdict of this code, not a missing tool
+            choice_cache.store(pkey, {"schedule": name, "price": p.to_json()})
+        return p.to_json()
 
     def report(self) -> dict:
         from edge_sdk.timing.package_figures import model_version
