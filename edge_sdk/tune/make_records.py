@@ -39,22 +39,33 @@ def lower_with(model, variant, target, chooser, *, say, seed: int = 0):
         return _backend(variant.family)(model, variant, target, progress=say, seed=seed, **extra)
 
 
-def keyed_chooser(target, *, progress):
+def keyed_chooser(target, *, progress, cached_only: bool = False):
     """A pricing Chooser that prices one workload per record key: a later workload with the same key (another
     int8 conv of that shape with its own zero points) takes the first one's prices and winner once that
-    winner, built for it, has run under plain qemu and matched its numpy reference; else it is priced too."""
+    winner, built for it, has run under plain qemu and matched its numpy reference; else it is priced too.
+    cached_only: nothing is priced; a workload whose decision or every candidate's price is not in the
+    choice cache gets no record (compile keeps the rule there), counted in stats["not_priced"]."""
     import warnings
 
     from edge_sdk.compiler.choice import standalone
-    from edge_sdk.compiler.choice.chooser import ChoiceWarning, Chooser, checked_under_qemu, code_hashes
+    from edge_sdk.compiler.choice.chooser import ChoiceWarning, Chooser, NotPriced, checked_under_qemu, code_hashes
     from edge_sdk.tune.choice_records import key_text
 
     class Keyed(Chooser):
         def __init__(self):
             super().__init__(target, progress=progress)
+            self.price_missing = not cached_only
             self.first: dict[str, str] = {}  # record key text -> the site key priced for it
 
         def _decide(self, site):
+            try:
+                return self._decide_keyed(site)
+            except NotPriced as miss:
+                self.stats["not_priced"] = self.stats.get("not_priced", 0) + 1
+                self.say(f"choice {site.family} {site.layer}: {miss}; no record (the rule)")
+                return {"schedule": "default", "candidates": {}, "cached": False}
+
+        def _decide_keyed(self, site):
             kt = key_text(site.family, site.workload)
             lead = self.decided.get(self.first.setdefault(kt, site.key()))
             win = (lead or {}).get("schedule")
@@ -110,7 +121,8 @@ def _merge(chooser, keys: list[str]) -> dict | None:
             "rejected": sorted({c for d in decs for c, v in d.get("candidates", {}).items() if not v.get("ok")})}
 
 
-def make_pair(model, variant_name: str, out_dir: Path, *, say=print, target_name: str = "pi3") -> Path:
+def make_pair(model, variant_name: str, out_dir: Path, *, say=print, target_name: str = "pi3",
+              cached_only: bool = False) -> Path:
     """Price (or take from the choice cache) every layer of one model/variant and write its records file."""
     from edge_sdk import __version__
     from edge_sdk.targets import TARGET_NAMES, get_target
@@ -121,21 +133,24 @@ def make_pair(model, variant_name: str, out_dir: Path, *, say=print, target_name
     target, variant = get_target(target_name), get_variant(variant_name)
     core = R.core_of(target)
     t0, c0 = time.perf_counter(), _cpu_seconds()
-    chooser = keyed_chooser(target, progress=say)
+    chooser = keyed_chooser(target, progress=say, cached_only=cached_only)
     lower_with(model, variant, target, chooser, say=say)
     records = [r for keys in _group(chooser).values() if (r := _merge(chooser, keys)) is not None]
     data = {"format": R.FORMAT, "core": core, "priced_on": target.name, "model": model.name,
             "model_source": model.source, "variant": variant.name, "edge_sdk": __version__,
             "timing_model": model_version(), "made": R.now(),
             "targets": [t for t in TARGET_NAMES if R.core_of(get_target(t)) == core],
-            "cost": {**{k: chooser.stats.get(k, 0) for k in ("workloads", "priced", "cached", "checked")},
+            "cost": {**{k: chooser.stats.get(k, 0) for k in ("workloads", "priced", "cached", "price_cached", "checked",
+                                                              "not_priced")},
                      "wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(_cpu_seconds() - c0, 1)},
             "records": records}
     path = out_dir / f"{R.PREFIX.get(core, core)}-{model.name}-{variant.name}.json"
     R.write_file(path, data)
     moved = sum(1 for r in records if r["schedule"] != "default")
     say(f"wrote {path}: {len(records)} records ({moved} off the rule) from {chooser.stats['workloads']} workloads, "
-        f"{chooser.stats['priced']} candidates priced, {chooser.stats['cached']} cached, "
+        f"{chooser.stats['priced']} candidates priced, {chooser.stats['cached']} decisions and "
+        f"{chooser.stats.get('price_cached', 0)} prices cached, {chooser.stats.get('not_priced', 0)} without a record "
+        "(not priced), "
         f"{data['cost']['cpu_s']:.0f} s CPU, {data['cost']['wall_s']:.0f} s wall")
     return path
 
@@ -151,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resolution", type=int, help="zoo input size (default the zoo's, 224)")
     p.add_argument("--alpha", type=float, help="zoo width multiplier (default 1.0)")
     p.add_argument("--out", type=Path, default=root(), help="records folder (default the shipped one)")
+    p.add_argument("--cached-only", action="store_true",
+                   help="price nothing: workloads the choice cache cannot decide get no record (the rule)")
     args = p.parse_args(argv)
     pairs = [(m, v) for m in args.models.split(",") for v in args.variants.split(",")]
     failed = []
@@ -160,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             model = build_zoo_model(m, alpha=args.alpha, resolution=args.resolution, seed=0)
-            make_pair(model, v, args.out, say=say)
+            make_pair(model, v, args.out, say=say, cached_only=args.cached_only)
         except (EdgeError, RuntimeError, ValueError, OSError) as err:
             say(f"failed: {type(err).__name__}: {str(err).strip()[-500:]}")
             failed.append(f"{m}/{v}")

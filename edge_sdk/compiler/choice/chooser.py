@@ -35,6 +35,10 @@ class ChoiceWarning(UserWarning):
     """A cached or recorded choice that could not be used (it is skipped, the choice is made again)."""
 
 
+class NotPriced(Exception):
+    """A candidate with no price in the choice cache, from a Chooser told not to price (price_missing=False)."""
+
+
 LAYER_KEYS = ("schedule", "modelled_cycles", "default_cycles", "candidates", "cached", "record", "record_skipped")
 
 
@@ -81,6 +85,7 @@ class Chooser:
         self.records = records  # a RecordChooser: its records first, pricing for the workloads they lack
         self.say = progress or (lambda _msg: None)
         self.use_cache = use_cache
+        self.price_missing = True  # False: a candidate not priced before raises NotPriced (tune/make_records)
         self.price = price or standalone.price
         self.layers: dict[str, dict] = {}  # layer name -> {"family", "schedule", "modelled_cycles", ...}
         self.decided: dict[str, dict] = {}  # site key -> decision (this compile)
@@ -143,6 +148,8 @@ class Chooser:
         if hit is not None and isinstance(hit.get("price"), dict):
             self.stats["price_cached"] = self.stats.get("price_cached", 0) + 1
             return {**hit["price"], "schedule": name}
+        if not self.price_missing:
+            raise NotPriced(f"{name} (code {code}) has no price in the choice cache")
         p = self.price(site, name, self.target, acts, ref=ref)
         self.stats["priced"] += 1
         self.say(f"choice {site.family} {site.layer}: {name} "

@@ -3,7 +3,8 @@
     float.gemm   1x1 stride-1 convs and dense layers (ops/conv2d.gemm): the loop order over register
                  tiles, conv2d.GEMM_ORDERS (rows outer, weight panels outer, blocks of panels)
     float.conv   KxK convs: the direct conv with pixels or weight panels outer (ops/conv2d.conv2d_direct),
-                 and for 3x3 stride 1, Winograd F(2x2) and F(4x4) (ops/winograd.py)
+                 the implicit im2col on the A53 tile (ops/conv_im2col_a53) where it applies, and for 3x3
+                 stride 1, Winograd F(2x2) and F(4x4) (ops/winograd.py), packed and planar
     float.dw     depthwise convs (ops/depthwise.py): channel blocks outside or inside the pixel tiles
 
 Each *_site function returns the Site of one layer: the chooser builds it alone with each candidate,
@@ -16,6 +17,7 @@ import numpy as np
 
 from edge_sdk.compiler.choice import Built, Site, Spec, register_candidates
 from edge_sdk.compiler.ops import conv2d as conv_ops
+from edge_sdk.compiler.ops import conv_im2col_a53 as im2col
 from edge_sdk.compiler.ops import winograd
 from edge_sdk.compiler.ops.common import Epilogue, Simd, round_up
 from edge_sdk.compiler.ops.depthwise import depthwise_conv2d
@@ -79,27 +81,43 @@ def gemm_site(simd: Simd, m: int, wkn: np.ndarray, bias: np.ndarray, epi: Epilog
 # -- float.conv ------------------------------------------------------------------------------------
 
 DIRECT = ("direct_pixels_outer", "direct_weights_outer")
+IM2COL = "direct_im2col"  # ops/conv_im2col_a53 by name: the strided convs' rule, a candidate at stride 1 too
 WINOGRAD = {"winograd2": 2, "winograd4": 4}
+# LLVM's tile over planar V / M (ops/winograd.conv2d_winograd_planar), where the rule takes the packed V
+# panels on the A53 assembly tile (943d4d1): the planar one priced dearer on ResNet18's four 3x3 s1 layers
+# alone (float2's table), but the two differ in memory terms, so they are priced per layer
+PLANAR = {"winograd2_planar": 2, "winograd4_planar": 4}
 
 
 @register_candidates("float.conv")
 def _conv_schedules(workload: dict) -> list[str]:
     names = list(DIRECT)
+    simd = Simd(workload["isa"], 4, 32)
+    if im2col.applies(simd, workload["shape"], workload["kernel"], workload["strides"], workload["pad"], workload["nr"]):
+        names.append(IM2COL)
     if (tuple(workload["kernel"]) == (3, 3) and tuple(workload["strides"]) == (1, 1) and workload["shape"][0] == 1
             and min(workload["shape"][3], workload["cout"]) >= 8 and len(workload["pad"]) == 4):
-        names += list(WINOGRAD)
+        names += list(WINOGRAD) + (list(PLANAR) if workload["isa"] == "neon" else [])
     return names
 
 
 def conv_plan(simd: Simd, shape, kernel, strides, pad, cout: int, schedule: str) -> tuple[int | None, str]:
-    """(Winograd tile m or None for the direct conv, the direct conv's schedule) for a schedule name."""
+    """(Winograd tile m or None for the direct conv, the direct conv's schedule or, with a Winograd m,
+    "planar" / "default" for winograd.conv2d_winograd_planar / conv2d_winograd) for a schedule name."""
     if schedule == "default":
         fills = len(pad) > 4
         m = None if fills else winograd.choose_m(simd, shape, kernel, strides, cout)
         return m, "default"
     if schedule in WINOGRAD:
         return WINOGRAD[schedule], "default"
+    if schedule in PLANAR:
+        return PLANAR[schedule], "planar"
     return None, schedule.removeprefix("direct_")
+
+
+def winograd_kernel(plan: str):
+    """The Winograd builder of conv_plan's second item (same signature)."""
+    return winograd.conv2d_winograd_planar if plan == "planar" else winograd.conv2d_winograd
 
 
 def _pad_np(x: np.ndarray, pad) -> np.ndarray:
@@ -142,7 +160,7 @@ def conv_site(simd: Simd, shape, w_hwio: np.ndarray, strides, pad, bias: np.ndar
     def build(schedule: str, name: str, xs: list[np.ndarray]) -> Built:
         m, direct = conv_plan(simd, shape, (kh, kw), strides, pad, co, schedule)
         if m is not None:
-            func = winograd.conv2d_winograd(tuple(shape), tuple(pad[:4]), cpad, m, simd, epi=epi, nr=nr, name=name)
+            func = winograd_kernel(direct)(tuple(shape), tuple(pad[:4]), cpad, m, simd, epi=epi, nr=nr, name=name)
             wpack = winograd.transform_weight(w_hwio, m, nr)
         else:
             func = conv_ops.conv2d_direct(tuple(shape), (kh, kw), strides, pad, cpad, simd, epi=epi, name=name,

@@ -305,8 +305,8 @@ class KernelRewriter(PyExprMutator):
         wino_m, direct = families.conv_plan(self.simd, head["shape"], w.shape[:2], head["strides"], head["pad"], cout,
                                             sched)
         if wino_m is not None:
-            key = ("conv_winograd", head["shape"], tuple(head["pad"]), cpad, nr, wino_m, epi.act, epi.residual)
-            gv = self._kernel(key, lambda name: winograd.conv2d_winograd(
+            key = ("conv_winograd", head["shape"], tuple(head["pad"]), cpad, nr, wino_m, epi.act, epi.residual, direct)
+            gv = self._kernel(key, lambda name: families.winograd_kernel(direct)(
                 head["shape"], head["pad"], cpad, wino_m, self.simd, epi=epi, nr=nr, name=name))
             wpack = self._wino_weight(w, wino_m, nr)
         else:
