@@ -39,12 +39,13 @@ def lower_with(model, variant, target, chooser, *, say, seed: int = 0):
         return _backend(variant.family)(model, variant, target, progress=say, seed=seed, **extra)
 
 
-def keyed_chooser(target, *, progress, cached_only: bool = False):
+def keyed_chooser(target, *, progress, cached_only: bool = False, price_until: float | None = None):
     """A pricing Chooser that prices one workload per record key: a later workload with the same key (another
     int8 conv of that shape with its own zero points) takes the first one's prices and winner once that
     winner, built for it, has run under plain qemu and matched its numpy reference; else it is priced too.
     cached_only: nothing is priced; a workload whose decision or every candidate's price is not in the
-    choice cache gets no record (compile keeps the rule there), counted in stats["not_priced"]."""
+    choice cache gets no record (compile keeps the rule there), counted in stats["not_priced"]; price_until
+    (time.time() seconds): from then on as cached_only (a budget for the pricing, not for the lowering)."""
     import warnings
 
     from edge_sdk.compiler.choice import standalone
@@ -56,6 +57,12 @@ def keyed_chooser(target, *, progress, cached_only: bool = False):
             super().__init__(target, progress=progress)
             self.price_missing = not cached_only
             self.first: dict[str, str] = {}  # record key text -> the site key priced for it
+
+        def _price_one(self, site, name, code, acts, ref):
+            if price_until is not None and self.price_missing and time.time() > price_until:
+                self.price_missing = False
+                self.say("pricing budget spent: the other workloads come from the choice cache or keep the rule")
+            return super()._price_one(site, name, code, acts, ref)
 
         def _decide(self, site):
             try:
@@ -122,7 +129,7 @@ def _merge(chooser, keys: list[str]) -> dict | None:
 
 
 def make_pair(model, variant_name: str, out_dir: Path, *, say=print, target_name: str = "pi3",
-              cached_only: bool = False) -> Path:
+              cached_only: bool = False, price_until: float | None = None) -> Path:
     """Price (or take from the choice cache) every layer of one model/variant and write its records file."""
     from edge_sdk import __version__
     from edge_sdk.targets import TARGET_NAMES, get_target
@@ -133,7 +140,7 @@ def make_pair(model, variant_name: str, out_dir: Path, *, say=print, target_name
     target, variant = get_target(target_name), get_variant(variant_name)
     core = R.core_of(target)
     t0, c0 = time.perf_counter(), _cpu_seconds()
-    chooser = keyed_chooser(target, progress=say, cached_only=cached_only)
+    chooser = keyed_chooser(target, progress=say, cached_only=cached_only, price_until=price_until)
     lower_with(model, variant, target, chooser, say=say)
     records = [r for keys in _group(chooser).values() if (r := _merge(chooser, keys)) is not None]
     data = {"format": R.FORMAT, "core": core, "priced_on": target.name, "model": model.name,
@@ -168,8 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=root(), help="records folder (default the shipped one)")
     p.add_argument("--cached-only", action="store_true",
                    help="price nothing: workloads the choice cache cannot decide get no record (the rule)")
+    p.add_argument("--budget", type=float, metavar="MINUTES",
+                   help="price for at most MINUTES of wall time from the start, then as --cached-only")
     args = p.parse_args(argv)
     pairs = [(m, v) for m in args.models.split(",") for v in args.variants.split(",")]
+    until = time.time() + 60 * args.budget if args.budget is not None else None
     failed = []
     for i, (m, v) in enumerate(pairs):
         def say(msg, i=i, m=m, v=v):
@@ -177,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             model = build_zoo_model(m, alpha=args.alpha, resolution=args.resolution, seed=0)
-            make_pair(model, v, args.out, say=say, cached_only=args.cached_only)
+            make_pair(model, v, args.out, say=say, cached_only=args.cached_only, price_until=until)
         except (EdgeError, RuntimeError, ValueError, OSError) as err:
             say(f"failed: {type(err).__name__}: {str(err).strip()[-500:]}")
             failed.append(f"{m}/{v}")
