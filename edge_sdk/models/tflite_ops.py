@@ -5,7 +5,8 @@ PRELU: the frontend broadcasts alpha to the input's full shape and applies prelu
 tensor, so every PRELU layer of a landmark model (mediapipe's face / iris / palm models have 13-73) becomes
 a constant as large as its activation (1x128x128x8 float32: 512 KiB) and a kernel that streams it. A
 per-channel alpha (shape (C,), (1, 1, C) ..., or a scalar) is what trained files hold: it imports as
-relax.nn.prelu over the channel axis with a (C,) alpha. Any other alpha keeps the frontend's conversion.
+relax.nn.prelu over the channel axis with a (C,) alpha (a float16 alpha behind DEQUANTIZE too). Any other
+alpha keeps the frontend's conversion. The float rewriter fuses it into the kernel before it (ops/chain.py).
 
 Convolution2DTransposeBias (mediapipe's custom op; its registry entry is graph/ops/float_custom.py): the
 builtin TRANSPOSE_CONV's conversion plus a bias.
@@ -22,6 +23,8 @@ def convert_prelu(self, op):
     data, alpha_t = self.get_input_tensors(op)
     shape = [int(s) for s in self.get_tensor_shape(data)]
     alpha = self.known(alpha_t)  # a constant (or folded) alpha, else None
+    if alpha is None:
+        alpha = _half_constant(self, alpha_t)
     if alpha is None or not shape:
         return OperatorConverter.convert_prelu(self, op)
     alpha = np.asarray(alpha, np.float32)
@@ -31,6 +34,21 @@ def convert_prelu(self, op):
         return OperatorConverter.convert_prelu(self, op)
     per_channel = np.ascontiguousarray(np.broadcast_to(alpha.reshape(-1), (c,)))
     return relax.op.nn.prelu(self.get_tensor_expr(data), relax.const(per_channel), axis=len(shape) - 1)
+
+
+def _half_constant(self, t):
+    """The value of a float16 constant behind DEQUANTIZE (the frontend's astype of a constant: mediapipe's
+    fp16 face_landmark stores its PRELU slopes so), as float32; else None."""
+    import tvm
+    from tvm import relax
+
+    if t.tensor_idx < 0 or not self.has_expr(t.tensor_idx):
+        return None
+    expr = self.get_expr(t.tensor_idx)
+    if (isinstance(expr, relax.Call) and getattr(expr.op, "name", None) == "relax.astype"
+            and isinstance(expr.args[0], tvm.ir.GenericConst)):
+        return expr.args[0].value.numpy().astype(np.float32)
+    return None
 
 
 CONV1X1_FORM = True  # kernel == stride transposed convs as a 1x1 conv (tests turn it off to check the other form)

@@ -29,3 +29,8 @@ def swish(v):
 
 def hswish(v):
     return v * np.clip(v + 3.0, 0.0, 6.0) / 6.0
+
+
+def prelu(v, alpha):
+    """x for x >= 0, alpha x below; alpha per channel (the last axis)."""
+    return np.where(v >= 0, v, v * alpha)

@@ -25,12 +25,23 @@ from edge_sdk.graph import ops as registry
 from edge_sdk.graph.ops import float_act
 
 
-def np_activate(y: np.ndarray, act: tuple) -> np.ndarray:
-    """ops/activation.py's activations in numpy: the numpy reference of act's graph/ops/float_act entry."""
+def np_activate(y: np.ndarray, act: tuple, *vectors) -> np.ndarray:
+    """ops/activation.py's activations in numpy: the numpy reference of act's graph/ops/float_act entry;
+    `vectors`: per-channel parameters that the kernel reads from an argument (PRELU's slopes)."""
     d = float_act.of(act[0])
     if d is None:
         raise ValueError(f"unknown activation {act!r}")
-    return registry.resolve(d.reference)(y, *act[1:])
+    return registry.resolve(d.reference)(y, *act[1:], *vectors)
+
+
+def np_epilogue(y: np.ndarray, bias: np.ndarray, act: tuple, residual=None) -> np.ndarray:
+    """The kernels' epilogue in numpy: + bias [+ residual], then the activation; `bias` (2, C) for a PRELU
+    epilogue (the biases, then the slopes: common.Epilogue.bias_rows)."""
+    rows = np.atleast_2d(np.asarray(bias, np.float64))
+    y = y + rows[0]
+    if residual is not None:
+        y = y + residual
+    return np_activate(y, act, *rows[1:])
 
 
 def _epi_json(epi: Epilogue) -> dict:
@@ -70,10 +81,7 @@ def gemm_site(simd: Simd, m: int, wkn: np.ndarray, bias: np.ndarray, epi: Epilog
         rest = list(xs[1:])
         if epi.gate:
             a = a * rest.pop(0).astype(np.float64)
-        y = a @ wkn.astype(np.float64) + bias
-        if epi.residual:
-            y = y + rest.pop(0)
-        return np_activate(y, epi.act)
+        return np_epilogue(a @ wkn.astype(np.float64), bias, epi.act, rest.pop(0) if epi.residual else None)
 
     return Site("float.gemm", workload, build, acts, reference, rtol=1e-4, atol=1e-4, layer=layer)
 
@@ -174,8 +182,7 @@ def conv_site(simd: Simd, shape, w_hwio: np.ndarray, strides, pad, bias: np.ndar
         return Built(func, args, Spec((n, oh, ow, cpad), "float32"))
 
     def reference(xs: list[np.ndarray]) -> np.ndarray:
-        y = np_conv(xs[0], w_hwio, strides, pad) + bias
-        return np_activate(y + xs[1] if epi.residual else y, epi.act)
+        return np_epilogue(np_conv(xs[0], w_hwio, strides, pad), bias, epi.act, xs[1] if epi.residual else None)
 
     # Winograd F(4x4) rounds more (winograd.py: 4e-6..1e-5 of max |y|): the tolerance is relative to the output
     return Site("float.conv", workload, build, acts, reference, rtol=1e-3, atol=1e-3, layer=layer)
@@ -202,7 +209,7 @@ def dw_site(simd: Simd, shape, w_hwc: np.ndarray, strides, pad, bias: np.ndarray
     def build(schedule: str, name: str, xs: list[np.ndarray]) -> Built:
         func = depthwise_conv2d(tuple(shape), (kh, kw), strides, pad, simd, epi=epi, multiplier=multiplier,
                                 name=name, schedule=schedule)
-        return Built(func, [xs[0], w_hwc, bias.astype("float32"), *xs[1:]], Spec((n, oh, ow, c), "float32"))
+        return Built(func, [xs[0], w_hwc, bias.astype("float32").reshape(-1), *xs[1:]], Spec((n, oh, ow, c), "float32"))
 
     def reference(xs: list[np.ndarray]) -> np.ndarray:
         xp = _pad_np(xs[0], pad)
@@ -211,7 +218,6 @@ def dw_site(simd: Simd, shape, w_hwc: np.ndarray, strides, pad, bias: np.ndarray
         for i in range(kh):
             for j in range(kw):
                 y += src[:, i:i + strides[0] * oh:strides[0], j:j + strides[1] * ow:strides[1], :] * w_hwc[i, j]
-        y = y + bias
-        return np_activate(y + xs[1] if epi.residual else y, epi.act)
+        return np_epilogue(y, bias, epi.act, xs[1] if epi.residual else None)
 
     return Site("float.dw", workload, build, acts, reference, rtol=1e-4, atol=1e-4, layer=layer)

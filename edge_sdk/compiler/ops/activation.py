@@ -1,6 +1,6 @@
 """Activations a float kernel applies in its epilogue, as vectorizable TIR expressions.
 
-    ("none",) ("relu",) ("clip", lo, hi) ("sigmoid",) ("swish",) ("hswish",)
+    ("none",) ("relu",) ("clip", lo, hi) ("sigmoid",) ("swish",) ("hswish",) ("prelu",) (slope: a PrimExpr)
     (each one entry in graph/ops/float_act.py naming its *_expr here, its numpy reference and importer ops)
 
 Why our own exp: TVM lowers `tirx.exp` / `sigmoid` to LLVM's exp intrinsic, which both backends
@@ -98,6 +98,11 @@ def swish_expr(value, isa):
 def hswish_expr(value, isa):
     # x * clip(x / 6 + 1/2, 0, 1): one multiply-add, max, min, multiply (x * relu6(x + 3) / 6: five ops)
     return value * te.min(te.max(value * _f(1.0 / 6.0) + _f(0.5), _f(0.0)), _f(1.0))
+
+
+def prelu_expr(value, alpha, isa):
+    # max(x, 0) + alpha min(x, 0): fmax, fmin, one multiply-add per vector, exactly x or alpha * x
+    return te.max(value, _f(0.0)) + alpha * te.min(value, _f(0.0))
 
 
 def activate(value, act: tuple, isa: str | None = None):

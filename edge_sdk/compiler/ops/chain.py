@@ -125,6 +125,7 @@ class Chain:
         self.bias = np.zeros(cout)
         self.residual = None
         self.act = ("none",)
+        self.alpha = None  # ("prelu",): the slope per output channel
         self.end = None  # the var whose binding the fused call replaces
 
     def absorb(self, graph: Graph, var, call, out_shape) -> bool:
@@ -134,6 +135,8 @@ class Chain:
         if d is not None and self.act == ("none",):
             self.act = (d.kind, *(scalar(a) for a in call.args[1:1 + len(d.params)]))
             return True
+        if op == "relax.nn.prelu":
+            return self._prelu(graph, var, call, out_shape)
         if op not in LINEAR or len(call.args) != 2:
             return False
         a, b = call.args
@@ -160,6 +163,18 @@ class Chain:
             vec = vec if op == "relax.multiply" else 1.0 / vec
             self.scale *= vec
             self.bias *= vec
+        return True
+
+    def _prelu(self, graph: Graph, var, call, out_shape) -> bool:
+        """relax.nn.prelu over the channel axis with constant slopes: the epilogue's ("prelu",)."""
+        alpha = graph.const(call.args[1])
+        if (self.act != ("none",) or alpha is None or not call.args[0].same_as(var)
+                or int(call.attrs.axis) % len(out_shape) != len(out_shape) - 1):
+            return False
+        vec = per_channel(alpha, out_shape[-1])
+        if vec is None:
+            return False
+        self.act, self.alpha = ("prelu",), vec
         return True
 
     def _scale_clip(self, op, value) -> bool:

@@ -124,22 +124,38 @@ class Epilogue:
     argument, same shape as the output), then the activation `act` (ops/activation.py: ("none",),
     ("relu",), ("clip", lo, hi), ("sigmoid",), ("swish",), ("hswish",)). Before it, for a GEMM only:
     `gate`, a per-input-channel vector G (one more argument, after the bias) that scales the input
-    rows, i.e. squeeze-excite's broadcast multiply folded into the 1x1 conv that consumes it."""
+    rows, i.e. squeeze-excite's broadcast multiply folded into the 1x1 conv that consumes it.
+    ("prelu",) reads its per-channel slope from the bias argument: bias_rows 2, the slopes after the biases
+    (one argument, so the kernels' signatures and the shipped choice workloads' argument lists stay)."""
 
     act: tuple = ("none",)
     residual: bool = False
     gate: bool = False
 
+    @property
+    def bias_rows(self) -> int:
+        """Vectors in the kernel's bias argument: the bias, then (PRELU) the slopes."""
+        return 2 if self.act[0] == "prelu" else 1
+
+    def bias(self, n: int):
+        """The kernel's bias placeholder for n (padded) output channels."""
+        return te.placeholder((n * self.bias_rows,), "float32", name="bias")
+
+    def alpha(self, b, n: int, channel):
+        """The PRELU slope of `channel` in the bias argument `b` of n channels (None: no PRELU)."""
+        return b[n + channel] if self.bias_rows == 2 else None
+
 
 NO_EPILOGUE = Epilogue()
 
 
-def apply_epilogue(value, bias, act: tuple, residual=None, simd: Simd | None = None):
-    """bias add, residual add, then the activation: the ops we fold into a kernel's output write."""
+def apply_epilogue(value, bias, act: tuple, residual=None, simd: Simd | None = None, alpha=None):
+    """bias add, residual add, then the activation: the ops we fold into a kernel's output write.
+    `alpha`: the channel's PRELU slope (Epilogue.alpha), the activation's parameter when act is ("prelu",)."""
     value = value + bias if bias is not None else value
     if residual is not None:
         value = value + residual
-    return activate(value, act, simd.isa if simd is not None else None)
+    return activate(value, act + ((alpha,) if alpha is not None else ()), simd.isa if simd is not None else None)
 
 
 # The attribute under which a scheduled kernel carries its unscheduled PrimFunc (the same compute and

@@ -74,9 +74,12 @@ def pack_conv_weight(w_hwio: np.ndarray, nr: int) -> np.ndarray:
 
 
 def pad_bias(bias: np.ndarray, n: int) -> np.ndarray:
-    out = np.zeros((n,), dtype="float32")
-    out[: bias.shape[0]] = bias
-    return out
+    """(C,) or (rows, C) (a PRELU epilogue's biases and slopes: common.Epilogue.bias_rows) -> each row
+    zero-padded to n, concatenated."""
+    rows = np.atleast_2d(bias)
+    out = np.zeros((rows.shape[0], n), dtype="float32")
+    out[:, : rows.shape[1]] = rows
+    return out.reshape(-1)
 
 
 # Bytes of operand panels a GEMM keeps in L1 while it sweeps the other operand (half the A53's 32 KB
@@ -226,7 +229,7 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     mp = round_up(m, mr)  # the tail tile reads row m-1 again and stores nothing past row m
     a = te.placeholder((m, k), "float32", name="A")
     w = te.placeholder((npad // nr, k, nr), "float32", name="W")
-    b = te.placeholder((npad,), "float32", name="bias")
+    b = epi.bias(npad)
     g = te.placeholder((k,), "float32", name="G_in") if epi.gate else None
     r = te.placeholder((m, npad), "float32", name="R") if residual else None
     asrc, wsrc, which = _gated(a, w, g, simd) if epi.gate else (a, w, None)
@@ -236,7 +239,7 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     c = te.compute((mp, npad), lambda i, j: te.sum(aread(i, rk) * wsrc[j // nr, rk, j % nr], axis=rk),
                    name="C")
     out = te.compute((m, npad), lambda i, j: apply_epilogue(
-        c[i, j], b[j], act, r[i, j] if residual else None, simd), name="out")
+        c[i, j], b[j], act, r[i, j] if residual else None, simd, epi.alpha(b, npad, j)), name="out")
     args = [a, w, b] + ([g] if epi.gate else []) + ([r] if residual else []) + [out]
     sch = s_tir.Schedule(workload := te.create_prim_func(args))
     cb, ob = sch.get_sblock("C"), sch.get_sblock("out")
@@ -291,7 +294,7 @@ def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, epi: Epi
     col = (lambda z: te.min(z, ow - 1)) if owp != ow else (lambda z: z)
     x = te.placeholder(shape, "float32", name="X")
     wt = te.placeholder((cpad // nr, kh, kw, ci, nr), "float32", name="W")
-    b = te.placeholder((cpad,), "float32", name="bias")
+    b = epi.bias(cpad)
     r = te.placeholder((n, oh, ow, cpad), "float32", name="R") if residual else None
     xp = pad_nhwc(x, padding, padding[4] if len(padding) > 4 else tvm.tirx.const(0.0, "float32"))
     ry = te.reduce_axis((0, kh), name="ry")
@@ -303,7 +306,7 @@ def conv2d_direct(shape, kernel, strides, padding, cpad, simd: Simd, *, epi: Epi
             xp[a, y * sh + ry, col(z) * sw + rx, rc] * wt[o // nr, ry, rx, rc, o % nr], axis=[ry, rx, rc]),
         name="C")
     out = te.compute((n, oh, ow, cpad), lambda a, y, z, o: apply_epilogue(
-        c[a, y, z, o], b[o], act, r[a, y, z, o] if residual else None, simd), name="out")
+        c[a, y, z, o], b[o], act, r[a, y, z, o] if residual else None, simd, epi.alpha(b, cpad, o)), name="out")
     args = [x, wt, b] + ([r] if residual else []) + [out]
     sch = s_tir.Schedule(workload := te.create_prim_func(args))
     cb, ob = sch.get_sblock("C"), sch.get_sblock("out")

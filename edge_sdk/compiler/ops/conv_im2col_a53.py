@@ -93,7 +93,7 @@ def conv2d_im2col(shape, kernel, strides, padding, cpad: int, simd: Simd, *, epi
     owp = round_up(ow, mr)
     x = te.placeholder(shape, "float32", name="X")
     wt = te.placeholder((cpad // nr, kh, kw, ci, nr), "float32", name="W")
-    b = te.placeholder((cpad,), "float32", name="bias")
+    b = epi.bias(cpad)
     r = te.placeholder((n, oh, ow, cpad), "float32", name="R") if residual else None
     xp = pad_nhwc(x, padding, padding[4] if len(padding) > 4 else tvm.tirx.const(0.0, "float32"))
     col = (lambda z: te.min(z, ow - 1)) if owp != ow else (lambda z: z)
@@ -103,7 +103,7 @@ def conv2d_im2col(shape, kernel, strides, padding, cpad: int, simd: Simd, *, epi
     c = te.compute((oh, owp, cpad), lambda y, z, j: te.sum(
         ap[y, z // mr, ry, rx, rc, z % mr] * wt[j // nr, ry, rx, rc, j % nr], axis=[ry, rx, rc]), name="C")
     out = te.compute((n, oh, ow, cpad), lambda a, y, z, o: apply_epilogue(
-        c[y, z, o], b[o], act, r[a, y, z, o] if residual else None, simd), name="out")
+        c[y, z, o], b[o], act, r[a, y, z, o] if residual else None, simd, epi.alpha(b, cpad, o)), name="out")
     args = [x, wt, b] + ([r] if residual else []) + [out]
     sch = s_tir.Schedule(workload := te.create_prim_func(args))
     if any(padding[:4]):

@@ -59,7 +59,7 @@ def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, epi: Epilog
     x = te.placeholder(shape, "float32", name="X")
     wt = te.placeholder((kh, kw, c), "float32", name="W")
     src = (lambda k: k) if m == 1 else (lambda k: k // m)
-    b = te.placeholder((c,), "float32", name="bias")
+    b = epi.bias(c)
     r = te.placeholder((n, oh, ow, c), "float32", name="R") if residual else None
     xp = pad_nhwc(x, padding, tvm.tirx.const(0.0, "float32"))
     ry = te.reduce_axis((0, kh), name="ry")
@@ -69,7 +69,7 @@ def depthwise_conv2d(shape, kernel, strides, padding, simd: Simd, *, epi: Epilog
         lambda a, y, z, k: te.sum(xp[a, y * sh + ry, col(z) * sw + rx, src(k)] * wt[ry, rx, k], axis=[ry, rx]),
         name="D")
     out = te.compute((n, oh, ow, c), lambda a, y, z, k: apply_epilogue(
-        d[a, y, z, k], b[k], act, r[a, y, z, k] if residual else None, simd), name="out")
+        d[a, y, z, k], b[k], act, r[a, y, z, k] if residual else None, simd, epi.alpha(b, c, k)), name="out")
     args = [x, wt, b] + ([r] if residual else []) + [out]
     sch = s_tir.Schedule(workload := te.create_prim_func(args))
     db, ob = sch.get_sblock("D"), sch.get_sblock("out")

@@ -234,6 +234,8 @@ class KernelRewriter(PyExprMutator):
             return self._emit_pool(head, x, out_shape)
         w = (head["w"] * chain.scale.astype("float32")).astype("float32")
         bias = (chain.bias + head.get("in_bias", 0.0) * chain.scale).astype("float32")
+        if chain.alpha is not None:  # PRELU: the slopes ride in the bias argument (common.Epilogue.bias_rows)
+            bias = np.stack([bias, chain.alpha.astype("float32")])
         res = self.visit_expr(chain.residual) if chain.residual is not None else None
         gate = head.get("gate")
         epi = Epilogue(chain.act, res is not None, gate is not None)
@@ -268,7 +270,7 @@ class KernelRewriter(PyExprMutator):
         gv = self._kernel(key, lambda name: depthwise_conv2d(
             head["shape"], w.shape[:2], head["strides"], head["pad"], self.simd, epi=epi, multiplier=mult,
             name=name, schedule=sched))
-        args = [x, relax.const(w), relax.const(bias)] + ([res] if res is not None else [])
+        args = [x, relax.const(w), relax.const(bias.reshape(-1))] + ([res] if res is not None else [])
         return relax.call_tir(gv, args, relax.TensorType(out_shape, "float32"))
 
     def _emit_gemm(self, head, x, w, bias, res, epi: Epilogue, out_shape):

@@ -150,7 +150,7 @@ def _winograd(shape, padding, cpad: int, plan: tuple[int, str], simd: Simd, epi:
     tp = round_up(tiles, mr)
     x = te.placeholder(shape, "float32", name="X")
     u = te.placeholder((alpha, alpha, cpad // nr, ci, nr), "float32", name="U")
-    b = te.placeholder((cpad,), "float32", name="bias")
+    b = epi.bias(cpad)
     r = te.placeholder((n, oh, ow, cpad), "float32", name="R") if residual else None
     # every tile reads a full alpha x alpha window: pad bottom/right up to th*m+2, tw*m+2
     xp = pad_nhwc(x, (pt, pl, th * m + 2 - h - pt, tw * m + 2 - w_ - pl), tvm.tirx.const(0.0, "float32"))
@@ -172,7 +172,7 @@ def _winograd(shape, padding, cpad: int, plan: tuple[int, str], simd: Simd, epi:
         at, bx, lambda j: mm[e, j, p, k]), name="Z")
     out = te.compute((n, oh, ow, cpad), lambda a, y, xx, k: apply_epilogue(
         _dot(at, y % m, lambda e: z[e, (y // m) * tw + xx // m, xx % m, k]), b[k], act,
-        r[a, y, xx, k] if residual else None, simd), name="out")
+        r[a, y, xx, k] if residual else None, simd, epi.alpha(b, cpad, k)), name="out")
     args = [x, u, b] + ([r] if residual else []) + [out]
     sch = s_tir.Schedule(workload := te.create_prim_func(args))
     _schedule_input(sch, simd, ci, asm)

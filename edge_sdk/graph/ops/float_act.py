@@ -77,3 +77,6 @@ register(ActDef("swish", _REF + "swish", _KERNEL + "swish_expr", subgraph=True, 
                 doc="x * sigmoid(x) (MUL of LOGISTIC / Mul of Sigmoid: EfficientNet's swish)"))
 register(ActDef("hswish", _REF + "hswish", _KERNEL + "hswish_expr", subgraph=True, tflite=("HARD_SWISH",),
                 onnx=("HardSwish",), int8="HARD_SWISH", doc="x * relu6(x + 3) / 6 (MobileNetV3)"))
+register(ActDef("prelu", _REF + "prelu", _KERNEL + "prelu_expr", params=("alpha",), tflite=("PRELU",),
+                onnx=("PRelu",), doc="x >= 0 ? x : alpha x with one alpha per channel (relax.nn.prelu over the "
+                "channel axis), read after the biases in the kernel's bias argument"))
