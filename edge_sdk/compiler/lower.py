@@ -12,7 +12,8 @@ Steps (each one a Relax pass over "main"):
    A 1x1 conv runs as a GEMM on the (H*W, C) view; the reshapes around it become VM views.
    apply_tuning: a kernel whose workload matches a tuning record that `edge-sdk tune` won gets
    the recorded MetaSchedule schedule instead of ours (edge_sdk/tune/store.py).
-3. TVM's default CPU legalization + fusion for the small rest (reshape, softmax, add, ...).
+3. TVM's default CPU legalization + fusion for the small rest (reshape, softmax, add, ...); bilinear
+   resize2d gets our kernel there (ops/resize.py).
 4. lift_params: every tensor constant left in "main" becomes a parameter p0000, p0001, ... in call
    order, so weights ship in params.bin and the .so holds only code. Weights a kernel reads
    transformed (Winograd's U = G g G^T, 4x the weights for F(4x4)) ship as stored, lifted before
@@ -198,6 +199,14 @@ def unscheduled_heavy_ops(mod: tvm.IRModule) -> list[str]:
     return found
 
 
+def _custom_legalize(tvm_target) -> dict:
+    """Ops outside KernelRewriter's chains that still get a scheduled kernel (ops/resize.py: bilinear resize)."""
+    from edge_sdk.compiler.ops import resize
+    from edge_sdk.compiler.ops.common import simd_of
+
+    return {"relax.image.resize2d": resize.legalize(simd_of(tvm_target))}
+
+
 def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: list | None = None,
                   tuning=None, tuned: list | None = None, chooser=None, half_weights: bool = False):
     """Compile a float Relax model with our kernels.
@@ -232,7 +241,7 @@ def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: lis
                 + (f"; left to default loops: {', '.join(sorted(set(left)))}" if left else ""))
             mod = tvm.transform.Sequential([
                 relax.transform.RemoveRedundantReshape(),  # reshape(reshape(x)) would fuse into a copy
-                relax.transform.LegalizeOps(),
+                relax.transform.LegalizeOps(customize_legalize_map=_custom_legalize(tvm_target)),
                 relax.transform.AnnotateTIROpPattern(),
                 relax.transform.FoldConstant(),
                 relax.transform.FuseOps(),
