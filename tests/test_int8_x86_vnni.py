@@ -79,7 +79,8 @@ CASES = [  # (x shape, co, kernel, stride, dilation, padding)
     ((1, 11, 10, 4), 17, (3, 3), (1, 1), (2, 2), "SAME"),  # dilation
     ((1, 2, 2, 64), 96, (1, 1), (1, 1), (1, 1), "VALID"),  # weights bigger than activations: weights outer
     ((1, 1, 1, 64), 70, (1, 1), (1, 1), (1, 1), "VALID"),  # one row (a 1x1 output): the wide tile
-    ((1, 14, 14, 128), 64, (1, 1), (1, 1), (1, 1), "VALID"),  # whole tiles, the XOR copy vectorized
+    ((1, 14, 14, 128), 64, (1, 1), (1, 1), (1, 1), "VALID"),  # the XOR copy vectorized; K = 128: 6-row zmm tile
+    ((1, 12, 12, 64), 40, (1, 1), (1, 1), (1, 1), "VALID"),  # K = 64, 144 rows: whole 6-row zmm tiles
 ]
 
 

@@ -104,11 +104,23 @@ def pack_weight(w_hwio: np.ndarray, nr: int) -> np.ndarray:
     return np.ascontiguousarray(w.transpose(4, 0, 1, 2, 5, 3))
 
 
-def tile_of(lanes: int, m: int) -> tuple[int, int]:
-    """(mr, nr): mr rows x 2 vectors of channels; a lone row (a 1x1 output) 4 vectors wide."""
+HALF_TILE_K = (64, 256)  # reduction lengths whose zmm tile is 6 rows, not 12 (tile_of)
+
+
+def tile_of(lanes: int, m: int, k: int = 0) -> tuple[int, int]:
+    """(mr, nr): mr rows x 2 vectors of channels; a lone row (a 1x1 output) 4 vectors wide.
+
+    zmm with 64 <= K <= 256 taps: 6 rows (12 accumulators), not 12. The exact requantize of a 24-accumulator
+    tile needs more than the 32 zmm (LLVM interleaves the rows' epilogues: 40 spill stores a tile in the
+    objdump), and at these K the epilogue is 15-40 % of the layer. Measured on this Zen 4 (1x1, thread CPU
+    ms, 12 vs 6 rows interleaved, two runs at load 28-30): 56x56x64->128 0.295/0.284 -> 0.265/0.258,
+    56x56x128->128 0.432/0.440 -> 0.373/0.393, 28x28x128->256 0.209/0.204 -> 0.184/0.187, 28x28x256->256
+    0.348/0.366 -> 0.324/0.316; outside the range it is not better: K = 32 (112x112x32->64) 0.437/0.499 ->
+    0.508/0.700, K = 512/1024 within +-5 %."""
     if m == 1:
         return 1, 4 * lanes
-    return pick_tile(m, MR_MAX[lanes]), 2 * lanes
+    half = lanes == 16 and HALF_TILE_K[0] <= k <= HALF_TILE_K[1]
+    return pick_tile(m, MR_MAX[lanes] // 2 if half else MR_MAX[lanes]), 2 * lanes
 
 
 def _a8(x, kdims, geom: ConvGeom, in_zp: int, *, mr: int):
@@ -188,7 +200,7 @@ def conv_gemm(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom = DENSE, simd: 
     lanes = simd.vnni
     kh, kw, ci, co = w_hwio.shape
     m = x_shape[0] if len(x_shape) == 2 else x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
-    mr, nr = tile_of(lanes, m)
+    mr, nr = tile_of(lanes, m, kh * kw * round_up(ci, 4))
     nr = min(nr, round_up(co, lanes))  # few channels (a classifier): less padding
     npad, mp, cip = round_up(co, nr), round_up(m, mr), round_up(ci, 4)
     x = te.placeholder(tuple(x_shape), "int8", name="x")
