@@ -4,12 +4,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+import wheel_venv
 import xdist_units
 
 DATA = Path(__file__).parent / "data"
@@ -125,6 +125,13 @@ def netns() -> set[str]:
     return set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
 
 
+@pytest.fixture(scope="session")
+def installed_wheel(tmp_path_factory) -> dict:
+    """The built wheel in a fresh venv outside the checkout (tests/wheel_venv.py): tests/test_wheel.py's, and
+    the reduced demo's CLI."""
+    return wheel_venv.install_wheel(tmp_path_factory.mktemp("wheel"))
+
+
 @dataclass
 class DemoRun:
     rc: int
@@ -136,14 +143,18 @@ class DemoRun:
     netns_before: set
     netns_after: set
     mounts_after: str
+    frames: int
+    cli: Path  # the installed wheel's edge-sdk
+    left_in_cwd: list  # what the demo wrote into the (empty) folder it ran in
 
 
 @pytest.fixture(scope="session")
-def reduced_demo(tmp_path_factory) -> DemoRun:
+def reduced_demo(tmp_path_factory, installed_wheel) -> DemoRun:
     """One reduced `edge-sdk demo` (tiny MobileNetV1, 3 frames, 20 held-out digits), run once as a user runs
-    it (the CLI in its own process) and shared by the tests that check its table, JSON, store, dashboard,
-    modelled column and clean-up (tests/test_demo.py, tests/test_demo_modelled.py): each demo run costs
-    minutes of emulated Pi."""
+    it: the installed wheel's CLI in its own process, from an empty folder outside the checkout. Shared by the
+    tests that check its table, JSON, store, dashboard, modelled column and clean-up (tests/test_demo.py,
+    tests/test_demo_modelled.py, tests/test_dashboard_per_layer.py) and the wheel's demo check
+    (tests/test_wheel.py): each demo run costs minutes of emulated Pi."""
     if os.geteuid() != 0:
         pytest.skip("the demo starts an emulated Pi and a loopback sshd (root)")
     from edge_sdk.devices import stand_in_module
@@ -153,11 +164,13 @@ def reduced_demo(tmp_path_factory) -> DemoRun:
     except RuntimeError as e:
         pytest.skip(str(e))
     tmp = tmp_path_factory.mktemp("demo")
-    db, html, pkgs = tmp / "results.sqlite", tmp / "dash.html", tmp / "pkgs"
+    db, html, pkgs, cwd = tmp / "results.sqlite", tmp / "dash.html", tmp / "pkgs", tmp / "cwd"
+    cwd.mkdir()
+    cli, frames = installed_wheel["bin"] / "edge-sdk", 3
     before = netns()
-    proc = subprocess.run([sys.executable, "-m", "edge_sdk", "demo", "--alpha", "0.25", "--resolution", "64",
-                           "--classes", "10", "--frames", "3", "--accuracy-images", "20", "--db", str(db),
-                           "--dashboard", str(html), "--out-dir", str(pkgs), "--json"],
-                          capture_output=True, text=True, timeout=3600, check=False)
+    proc = subprocess.run([cli, "demo", "--alpha", "0.25", "--resolution", "64", "--classes", "10", "--frames",
+                           str(frames), "--accuracy-images", "20", "--db", db, "--dashboard", html, "--out-dir", pkgs,
+                           "--json"], cwd=cwd, env=installed_wheel["env"], capture_output=True, text=True,
+                          timeout=3600, check=False)
     return DemoRun(proc.returncode, proc.stdout, proc.stderr, db, html, pkgs, before, netns(),
-                   Path("/proc/self/mountinfo").read_text())
+                   Path("/proc/self/mountinfo").read_text(), frames, cli, sorted(os.listdir(cwd)))

@@ -6,7 +6,7 @@ unit of its own (pytest-dev/pytest-xdist#1386): a fixture built once per module 
 worker, the reduced demo (minutes of emulated Pi) twice. This plugin (tests/conftest.py loads it) replaces
 the scheduler for --dist loadgroup:
 
-- units: the tests of one xdist_group mark, or of one costly session fixture (SHARED_SESSION), are one unit;
+- units: the tests of one xdist_group mark, or of the costly session fixtures (SHARED_SESSION), are one unit;
   the tests of a file that share a module- or class-scoped fixture (a compile, a calibration run) are one unit;
   any other test is a unit of its own;
 - order: the units with more slow tests first (then more qemu tests), quick tests last, each in collection
@@ -29,7 +29,9 @@ from pathlib import Path
 
 import pytest
 
-SHARED_SESSION = {"reduced_demo"}  # session fixtures whose tests run in one worker, so it is built once
+# session fixtures whose tests all run in one worker (one unit), so each is built once: the reduced demo
+# runs the installed wheel's CLI (tests/conftest.py)
+SHARED_SESSION = {"installed_wheel", "reduced_demo"}
 _KEY = "edge_sdk_units"  # the workerinput entry naming the units file
 _DIR = pytest.StashKey[Path]()
 
@@ -41,9 +43,8 @@ def unit_of(item) -> str | None:
     if groups:
         return "group:" + "_".join(groups)
     names = set(getattr(item, "fixturenames", ()))
-    shared = sorted(SHARED_SESSION & names)
-    if shared:
-        return "session:" + shared[0]
+    if SHARED_SESSION & names:
+        return "session:" + "+".join(sorted(SHARED_SESSION))
     info = getattr(item, "_fixtureinfo", None)
     defs = info.name2fixturedefs.values() if info is not None else ()
     if any(d and d[-1].scope in ("module", "class", "package") for d in defs):
