@@ -75,12 +75,15 @@ class _Emitter:
                     stride=conv.stride, padding=conv.pad, a_bits=conv.a_bits, w_bits=conv.w_bits,
                     mode=self.net.mode, word=self.word)
         if glue_out:
-            spec.update(glue_out_bits=conv.out_bits, out_word=self.word, residual=residual, res_lshift=res_lshift)
+            # 1-bit codes without a residual: one compare per 4 outputs instead of ushl, add, sshl, cmgt (Q-form
+            # NEON ops, one a cycle: a53.py); 2 bits would take 3 compares + 2 adds, no fewer than the shifts
+            spec.update(glue_out_bits=conv.out_bits, out_word=self.word, residual=residual, res_lshift=res_lshift,
+                        thresholds=residual is None and conv.out_bits == 1)
         packed = pack_conv_weights(conv.w_codes, bits=conv.w_bits, word=self.word)
         spec["w_group"] = schedule.weight_group(spec, arch=self.arch)  # each popc tile's weights contiguous
         args = [inp, self.const(ops.group_weights(packed, spec["w_group"]) if spec["w_group"] else packed)]
         if glue_out:
-            args += self.glue_consts(conv) + list(res_args)
+            args += self.glue_consts(conv, thresholds=spec["thresholds"]) + list(res_args)
             shape = (*conv.out_shape[:3], -(-conv.out_shape[3] // ops.WORD_BITS[self.word]), conv.out_bits)
             ty = self.relax.TensorType(shape, self.word)
         else:
@@ -90,9 +93,11 @@ class _Emitter:
         self.names[var.name] = conv.name
         return var
 
-    def glue_consts(self, conv):
+    def glue_consts(self, conv, *, thresholds: bool = False):
         g = conv.glue
-        return [self.const(v, "int32") for v in (g.lshift, g.offset, g.rshift)]
+        vals = (ops.glue_thresholds(g.lshift, g.offset, g.rshift, conv.out_bits) if thresholds
+                else (g.lshift, g.offset, g.rshift))
+        return [self.const(v, "int32") for v in vals]
 
     def glue_op(self, kind: str, x, *others, clip_max: float | None = None):
         """One unfused glue op as its own scheduled kernel (bitserial/io.glue_op_prim_func)."""

@@ -99,6 +99,10 @@ class ConvSpec:
                of out_word; its codes, << res_lshift (aligns power-of-two steps), are added;
       "glue":  four more inputs, the shortcut conv's int32 accumulators (N, OH, OW, O) and its own
                lshift, offset, rshift: ((acc_d << l) + off) >> r is added (the shortcut's glue, unclipped).
+
+    thresholds (residual None, out_bits <= 2): the three inputs are glue_thresholds' T_1..T_3 instead, and
+    the code is #{k <= 2^out_bits - 1 : acc >= T_k}: the same value (the glue is non-decreasing in acc), one
+    compare per output and code step instead of the shift / add / shift chain.
     """
 
     batch: int
@@ -118,6 +122,7 @@ class ConvSpec:
     residual: str | None = None
     res_lshift: int = 0
     pad_value: int = 0
+    thresholds: bool = False
     w_group: int = 0  # > 0 (unipolar): weights stored (O / w_group, KH, KW, ceil(C/W), B, w_group), see _weights
 
     @property
@@ -172,6 +177,23 @@ def _check_conv(s: ConvSpec) -> None:
         raise CompileError(f"bitserial conv2d: a {s.kernel}x{s.kernel} kernel does not fit {s.height}x{s.width} input")
     if s.glue_out_bits is not None and s.residual not in (None, "codes", "glue"):
         raise CompileError(f"bitserial conv2d: residual '{s.residual}' is not one of None, 'codes', 'glue'")
+    if s.thresholds and (s.glue_out_bits is None or s.glue_out_bits > 2 or s.residual is not None):
+        raise CompileError("bitserial conv2d: threshold glue needs glue_out_bits <= 2 (three thresholds) and no residual")
+
+
+def glue_thresholds(lshift, offset, rshift, out_bits: int) -> list:
+    """T_k = min acc with ((acc << l) + off) >> r >= k, k = 1..3 (int32 (O,) each; k > 2^out_bits - 1: unused,
+    INT32_MAX): acc * 2^l >= k * 2^r - off, so T_k = ceil((k * 2^r - off) / 2^l), clipped to int32 (acc is)."""
+    import numpy as np
+
+    l, off, r = (np.asarray(v, np.int64) for v in (lshift, offset, rshift))
+    hi = np.iinfo(np.int32).max
+    out = []
+    for k in range(1, 4):
+        t = -((off - (np.int64(k) << r)) >> l)  # ceil(a / 2^l) = -floor(-a / 2^l), >> is floor on int64
+        out.append(np.clip(t, np.iinfo(np.int32).min, hi).astype(np.int32) if k < 1 << out_bits
+                   else np.full(t.shape, hi, np.int32))
+    return out
 
 
 def _unipolar_acc(s: ConvSpec, data, wgt):
@@ -255,13 +277,17 @@ def conv2d_compute(spec: ConvSpec | None = None, /, **fields):
     extra, res_term = _residual(s)
     qmax = (1 << s.glue_out_bits) - 1
 
+    def thresholds(n, y, x, f):  # lsh, off, rsh hold T_1..T_3 (ConvSpec.thresholds)
+        v = conv[n, y, x, f]
+        return sum(((v >= t[f]).astype("int32") for t in (lsh, off, rsh)[:qmax]), tirx.const(0, "int32"))
+
     def glue(n, y, x, f):
         t = ((conv[n, y, x, f] << lsh[f]) + off[f]) >> rsh[f]
         if res_term is not None:
             t = t + res_term(n, y, x, f)
         return tirx.max(tirx.min(t, qmax), 0)
 
-    q = te.compute(conv.shape, glue, name="glue")
+    q = te.compute(conv.shape, thresholds if s.thresholds else glue, name="glue")
     inputs = [data, stored, lsh, off, rsh, *extra]
     if s.mode == "unipolar" and s.filters % WORD_BITS[s.out_word] == 0:  # whole words: the vector bitpack
         return inputs, popc.pack_planes(q, bits=s.glue_out_bits, word=s.out_word)
