@@ -123,9 +123,10 @@ def test_vnni_kernel_equals_numpy_reference(path, case):
 # The int8 conv's multiply-add step each kind of x86 CPU gets, read from the object code
 ASM_KINDS = {
     "znver3": (("vpmaddwd",), ("vpdpbusd", "%zmm")),              # AVX2 only: the int16 pair step, no VNNI
-    "icelake-server": (("vpdpbusd", "%zmm"), ("vpmaddwd",)),     # AVX-512 VNNI
-    "znver4": (("vpdpbusd", "%zmm"), ("vpmaddwd",)),             # AVX-512 VNNI (this project's Zen 4 host)
-    "alderlake": (("{vex} vpdpbusd", "%ymm"), ("%zmm",)),       # AVX-VNNI: VEX-encoded, ymm only
+    # VNNI kinds: x86_requant's even / odd vpmuldq, so no 64-bit halves narrowed back (vpmovqd)
+    "icelake-server": (("vpdpbusd", "%zmm"), ("vpmaddwd", "vpmovqd")),     # AVX-512 VNNI
+    "znver4": (("vpdpbusd", "%zmm"), ("vpmaddwd", "vpmovqd")),             # AVX-512 VNNI (this project's Zen 4 host)
+    "alderlake": (("{vex} vpdpbusd", "%ymm"), ("%zmm", "vpmovqd")),       # AVX-VNNI: VEX-encoded, ymm only
 }
 
 

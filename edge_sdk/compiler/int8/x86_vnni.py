@@ -23,8 +23,9 @@ channels to a multiple of 4): one dword per tap and pixel, broadcast straight fr
 layer) copies its rows per row tile (a plain XOR copy when stride 1 and unpadded). W is packed (CO/nr, KH, KW, CI/4, nr, 4) int8, CI padded to a multiple of 4 with zero weights (what the
 padded taps of A then read does not matter). One k-step of 4 taps is a dword of A broadcast to all lanes
 (`vpbroadcastd`) and one vpdpbusd per nr/lanes weight vectors, mr x nr/lanes accumulators: AVX-512 12 rows
-x 32 channels (24 zmm of 32), AVX-VNNI 6 x 16 (12 ymm of 16). Epilogue as gemm_int8_widen16: + bias in its
-own block, 32-bit fixed-point requantize (vpmuldq), + Z_out, clamp, int8 store.
+x 32 channels (24 zmm of 32; 6 rows for 64 <= K <= 256, tile_of), AVX-VNNI 6 x 16 (12 ymm of 16). Epilogue:
+x86_requant's tensorized vector (+ bias in int32, TFLite's exact requantize with even / odd vpmuldq, + Z_out,
+clamp, int8) into a whole int8 tile, whose valid rows are then stored.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import numpy as np
 from tvm import s_tir, te, tirx
 from tvm.script import tirx as T
 
-from edge_sdk.compiler.int8 import fixedpoint as fp
+from edge_sdk.compiler.int8 import x86_requant
 from edge_sdk.compiler.int8.gemm_int8_widen16 import DENSE, ConvGeom, GemmTile, place_a_copy
 from edge_sdk.compiler.ops.common import ACC_SCOPE, Simd, finish, pick_tile, round_up
 
@@ -214,31 +215,33 @@ def conv_gemm(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom = DENSE, simd: 
         a(i, ry, rx, rp * 4 + rt).astype("int32") * wt[j // nr, ry, rx, rp, j % nr, rt].astype("int32"),
         axis=[ry, rx, rp, rt]), name="acc")
     lo, hi = rq.act
-    biased = te.compute((mp, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
-    out = te.compute((m, npad), lambda i, j: fp.clamp_int8_32(
-        fp.mbqm32(biased[i, j], mt[j], rt_[j]) + tirx.const(rq.out_zp, "int32"), lo, hi), name="out")
+    # the requantized tile whole (no tail predicate, which tensorize refuses), then its valid rows stored
+    q = te.compute((mp, npad), lambda i, j: x86_requant.epilogue(acc[i, j] + bt[j], mt[j], rt_[j], rq.out_zp, lo, hi),
+                   name="q")
+    out = te.compute((m, npad), lambda i, j: q[i, j], name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
     copy_vec = (kh, kw) == (1, 1) and cip == ci and not any(geom.pads)
-    _schedule(sch, GemmTile(mr, nr, m, kh * kw * cip, npad, (kh, kw, cip // 4, 4), False, copy_vec), lanes)
+    _schedule(sch, GemmTile(mr, nr, m, kh * kw * cip, npad, (kh, kw, cip // 4, 4), False, copy_vec), lanes,
+              x86_requant.register(lanes, rq.out_zp, lo, hi))
     return finish(sch, name), wp, npad
 
 
-def _schedule(sch, tile: GemmTile, lanes: int):
+def _schedule(sch, tile: GemmTile, lanes: int, requant: str):
     """mr x nr register tile over (row tile, channel tile), the bigger operand's panel outer; the u8 copy of
     A per row tile (or whole, when the weights are outer; widen_vec: a vectorized copy); the 4-tap step
-    tensorized to vpdpbusd."""
+    tensorized to vpdpbusd, the epilogue's vectors to x86_requant's `requant`."""
     mr, nr, m, k, npad, red = tile.mr, tile.nr, tile.m, tile.k, tile.npad, tile.red
-    cb, bb, ob = (sch.get_sblock(b) for b in ("acc", "biased", "out"))
+    cb, qb, ob = (sch.get_sblock(b) for b in ("acc", "q", "out"))
     i, j = sch.get_loops(ob)
     mo, mi = sch.split(i, [None, mr])
     no, ni = sch.split(j, [None, nr])
     weights_outer = k * npad > m * k
     outer = [no, mo] if weights_outer else [mo, no]
     sch.reorder(*outer, mi, ni)
-    for blk in (bb, cb):  # registers: ACC_SCOPE (see ops.common), a stack alloca LLVM promotes
+    for blk in (qb, cb):  # registers: ACC_SCOPE (see ops.common), a stack alloca LLVM promotes
         sch.compute_at(blk, outer[1])
         sch.set_scope(blk, 0, ACC_SCOPE)
-    _by_vector(sch, sch.get_loops(bb)[2:], mr, lanes)
+    q_vec = _by_vector(sch, sch.get_loops(qb)[2:], mr, lanes, vec=False)  # tensorized at the end
     if _has_block(sch, "xu"):  # a KxK conv: its padded u8 input, whole, rows in parallel
         xl = sch.get_loops(sch.get_sblock("xu"))
         sch.parallel(sch.fuse(xl[0], xl[1]))
@@ -264,9 +267,10 @@ def _schedule(sch, tile: GemmTile, lanes: int):
     if il:
         sch.vectorize(il[-1])
     sch.tensorize(cji, _register(lanes))
+    sch.tensorize(q_vec, requant)
 
 
-def _by_vector(sch, loops, mr: int, lanes: int) -> None:
+def _by_vector(sch, loops, mr: int, lanes: int, *, vec: bool = True):
     """A tile's (row, channel) loops: rows unrolled, channels as unrolled vectors of the accumulators' width.
     Every access to the tile is then one accumulator vector and LLVM's SROA keeps the tile in registers; a
     2-vector-wide epilogue read left it a stack array, zeroed by a 1.5 KB memset per tile (the reduction's
@@ -277,7 +281,11 @@ def _by_vector(sch, loops, mr: int, lanes: int) -> None:
         sch.unroll(rows[0])
     co, ci = sch.split(col, [None, lanes])
     sch.unroll(co)
-    sch.vectorize(ci)
+    if not vec and mr > 1:  # the epilogue: one channel vector's constants live at a time, down its rows
+        sch.reorder(co, rows[0])
+    if vec:
+        sch.vectorize(ci)
+    return ci
 
 
 def _has_block(sch, name: str) -> bool:
