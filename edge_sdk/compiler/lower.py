@@ -13,7 +13,8 @@ Steps (each one a Relax pass over "main"):
    apply_tuning: a kernel whose workload matches a tuning record that `edge-sdk tune` won gets
    the recorded MetaSchedule schedule instead of ours (edge_sdk/tune/store.py).
 3. TVM's default CPU legalization + fusion for the small rest (reshape, softmax, add, ...); bilinear
-   resize2d gets our kernel there (ops/resize.py).
+   resize2d gets our kernel there (ops/resize.py); before it, a pad of the channels only becomes a
+   vectorized copy (ops/pad_channels.py).
 4. lift_params: every tensor constant left in "main" becomes a parameter p0000, p0001, ... in call
    order, so weights ship in params.bin and the .so holds only code. Weights a kernel reads
    transformed (Winograd's U = G g G^T, 4x the weights for F(4x4)) ship as stored, lifted before
@@ -207,6 +208,13 @@ def _custom_legalize(tvm_target) -> dict:
     return {"relax.image.resize2d": resize.legalize(simd_of(tvm_target))}
 
 
+def _pad_channels(mod, tvm_target):
+    from edge_sdk.compiler.ops.common import simd_of
+    from edge_sdk.compiler.ops.pad_channels import pad_channels
+
+    return pad_channels(mod, simd_of(tvm_target))
+
+
 def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: list | None = None,
                   tuning=None, tuned: list | None = None, chooser=None, half_weights: bool = False):
     """Compile a float Relax model with our kernels.
@@ -230,6 +238,7 @@ def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: lis
             mod = prepare(mod)
             emitted: list = []
             mod, counts = rewrite_kernels(mod, tvm_target, emitted=emitted, chooser=chooser)
+            mod = _pad_channels(mod, tvm_target)
             mod, stored = lift_params(mod, only_transforms=True)  # weights transformed at load
             left = unscheduled_heavy_ops(mod)
             mod, applied = apply_tuning(mod, tuning)
