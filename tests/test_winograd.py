@@ -10,6 +10,7 @@ wrong tile, transform or index is off by the size of the output itself and fails
 """
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -128,6 +129,7 @@ def test_selection_keeps_direct_where_winograd_does_not_apply():
 # Cin >= 64 even: the packed V panels and the A53 assembly tile (wg.packs); 7x9 at m=2 has 20 tiles, so
 # the last panel holds 4 copies of tile 19 (stored nowhere); Cin 66 is not a lane multiple.
 PACKED = [CASES[4] + ("default",), ((1, 7, 9, 66), 72, SAME, 2, False, ("none",), "default"),
+          ((1, 7, 9, 64), 64, SAME, 2, True, ("relu",), "default"),  # m=2 residual: the tail tiles' R prefetch
           CASES[4] + ("planar",)]
 
 
@@ -143,9 +145,12 @@ def test_packed_rule_and_asm_call():
     text = {s: _case(shape, co, pad, m, simd, residual=residual, act=act, schedule=s)[0].body.script()
             for s in ("default", "planar")}
     assert "edge_a53_sgemm_8x8" in text["default"] and "edge_a53_sgemm_8x8" not in text["planar"]
-    # PRFM ahead of the input rows (m + 2), M (1) and R's rows (m, with a residual): packed path only
-    want = (m + 2) + 1 + (m if residual else 0)
-    assert text["default"].count("llvm.prefetch") == want and "llvm.prefetch" not in text["planar"]
+    # one PRFM pair call a step (prfm_pair_a53: one line a PRFM) for M (alpha^2 / 4 lines, 64 bytes
+    # apart) and R's m rows (with a residual): packed path only
+    calls = sorted(re.findall(r"edge_a53_prfm_n(\d+)_o\d+\", T.address_of\((\w+)", text["default"]))
+    want = sorted([(str((m + 2) ** 2 // 4), "M")] + ([(str(m), "R_1")] if residual else []))
+    assert calls == want, calls
+    assert "prfm" not in text["planar"] and "llvm.prefetch" not in text["default"]
 
 
 @pytest.mark.qemu

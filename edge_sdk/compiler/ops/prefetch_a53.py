@@ -1,31 +1,17 @@
-"""Software prefetch (PRFM PLDL1KEEP) at the top of a scheduled loop's body, for NEON kernels that read
-more streams than the A53's prefetcher tracks.
+"""Placing software prefetch statements at the top of a scheduled loop's body (at_loop_top), and the
+schedule look-ups its callers need (read_buffer, loop_var).
 
-The A53 follows a few strided L1-miss streams (timing/a53.py pf_streams = 2, ASSUMED; pf_window = 4
-lines, TRM); a Winograd step reads alpha rows of the padded input, 36 (16) points of a tile of M and m
-rows of R, in an order LLVM picks, so most of those lines are demand misses to DRAM (a53.py `dram`,
-FIT). LLVM emits `prfm pldl1keep, [xN, #imm]` for an `llvm.prefetch` whose address is a base register
-the loads use plus a constant. The timing model (qemu/plugins/timing.c, "software: PRFM PLD/PST")
-then fills, without a stall, the line imm bytes past every load or store through xN in the same
-translation block (the fill is DRAM traffic all the same: the bandwidth term). On hardware one PRFM
-fetches one line, so there a step would want one PRFM per new line it touches: the model's rule is
-the generous one, noted beside every figure this file's callers quote.
+The statements themselves are prfm_pair_a53 calls (depthwise, winograd): each PRFM comes with its own
+load in a translation block of its own, so the timing plugin (qemu/plugins/timing.c, "software: PRFM
+PLD/PST", which prefetches a PRFM's offset past every load through its base register in the same
+block) fetches exactly one line per PRFM, as the core does. This module once also emitted LLVM's
+`llvm.prefetch` (86c728c, the Winograd path): its PRFMs shared base registers with the kernels' own
+loads, so the model credited one PRFM to up to 36 loads a step ("the generous rule", not an A53
+rule); that was removed for prfm_pair_a53 (r18f4, /work/notes/r18f4.md).
 """
 from __future__ import annotations
 
 from tvm import s_tir, tirx
-
-_PREFETCH = "llvm.prefetch"
-# PRFM (immediate)'s reach: imm12 x 8 bytes, 64-byte aligned here (a line)
-MAX_AHEAD = 32704
-
-
-def prefetch(buf: tirx.Buffer, indices) -> tirx.Stmt:
-    """One PRFM PLDL1KEEP (read, keep in all levels, data cache) of buf[indices]'s line."""
-    addr = tirx.address_of(tirx.BufferLoad(buf, list(indices)))
-    call = tirx.call_llvm_intrin("void", _PREFETCH, addr, tirx.const(0, "int32"), tirx.const(3, "int32"),
-                                 tirx.const(1, "int32"))
-    return tirx.Evaluate(call)
 
 
 def at_loop_top(func: tirx.PrimFunc, loop_var: tirx.Var, stmts) -> tirx.PrimFunc:

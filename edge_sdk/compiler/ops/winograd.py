@@ -28,6 +28,7 @@ from tvm import s_tir, te
 
 from edge_sdk.compiler.ops import conv1x1_gemm_a53 as a53
 from edge_sdk.compiler.ops import prefetch_a53 as pf
+from edge_sdk.compiler.ops import prfm_pair_a53 as prfm
 from edge_sdk.compiler.ops.common import ACC_SCOPE, NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner
 
 # Lavin & Gray's matrices (points 0, +-1, +-2, infinity for m=4; 0, +-1, infinity for m=2).
@@ -181,8 +182,8 @@ def _winograd(shape, padding, cpad: int, plan: tuple[int, str], simd: Simd, epi:
     else:
         _schedule_gemm(sch, mr, nr, ci)
     _schedule_output(sch, simd, m)
-    func = finish(sch, name, workload=workload)
-    return _prefetch(func, sch, (m, tw, tiles, tp), simd.lanes) if asm else func
+    plan = _prefetch(sch, (m, tw, tp), simd.lanes) if asm else []
+    return _with_prefetch(finish(sch, name, workload=workload), plan)
 
 
 def _vec_split(sch, loop, extent: int, lanes: int):
@@ -287,29 +288,50 @@ def _schedule_output(sch, simd: Simd, m: int) -> None:
     sch.vectorize(z_loops[-1])
 
 
+def _prefetch(sch, geo, lanes: int) -> list:
+    """PRFM PLDL1KEEP pairs (prfm_pair_a53: each PRFM fetches one line, in the model as on the core)
+    for the output transform's streams, one tile ahead, at the top of each channel-vector step and
+    spread over the steps so that a tile's steps together fetch exactly the lines the next tile reads:
+    its M (tile-major, alpha^2 / 4 consecutive lines a step; LLVM issues a step's 36 loads, 256 bytes
+    apart, out of address order, so the stride prefetcher, a53.py pf_window, does not follow them)
+    and the epilogue's m rows of R (m / 4 lines a row a step). The input transform's rows are left to
+    the hardware prefetcher: a PRFM pair per row cost more than it saved (56x56 res 22.78 -> 23.06 M,
+    14x14 no res 23.63 -> 27.09: its fills' bandwidth is charged to the pair's own small block).
+    Returns [(loop var, statement)] for at_loop_top; annotates the prefetch functions' IR."""
+    m, tw, tp = geo
+    plan, irs = [], {}
 
-def _prefetch(func, sch, geo, lanes: int):
-    """PRFM PLDL1KEEP (prefetch_a53) once per channel-vector step for the streams the A53's two-stream
-    prefetcher loses: the input transform's alpha rows of the padded input (2m pixels ahead: the tile
-    after next), the output transform's tile-major M (one tile ahead, within PRFM's 32 KB immediate)
-    and the epilogue's m rows of R (the next tile). Modelled pi3, 1 thread, residual + ReLU, before ->
-    after (M cycles): 56x56x64 27.05 -> 23.78, 28x28x128 22.23 -> 19.86, 14x14x256 25.64 -> 24.20,
-    7x7x512 (m=2) 32.77 -> 31.69: the DRAM stall of M's reads, whose 36 loads a step LLVM issues out
-    of address order, so the stride prefetcher does not follow them."""
-    m, tw, tiles, tp = geo
-    t1 = sch.get_sblock("T1")
-    pv, cv = (pf.loop_var(sch, lp) for lp in sch.get_loops(t1)[:2])
-    p = tvm.tirx.min(pv, tiles - 1) if tp != tiles else pv
-    names = [region.source.name for region in sch.get(t1).reads]
-    xp = pf.read_buffer(sch, "T1", "pad" if "pad" in names else "X")
-    func = pf.at_loop_top(func, cv, [pf.prefetch(xp, [0, (p // tw) * m + i, (p % tw) * m + 2 * m, cv * lanes])
-                                     for i in range(m + 2)])
+    def add(var, n, offset, ptr, step):
+        irs[prfm.name_of(n, offset)] = prfm.llvm_ir(n, offset)
+        plan.append((var, prfm.call(n, offset, ptr, step)))
+
     _, yo, xo, ko = sch.get_loops(sch.get_sblock("out"))[:4]
     yv, xv, kv = (pf.loop_var(sch, lp) for lp in (yo, xo, ko))
     mb = pf.read_buffer(sch, "Z", "M")
-    ahead = min((m + 2) * (m + 2) * int(mb.shape[3]), pf.MAX_AHEAD // 4)
-    stmts = [pf.prefetch(mb, [yv * tw + xv, 0, 0, kv * lanes + ahead])]
-    if len(func.params) == 5:  # X, U, bias, R, out
+    cpad, alpha = int(mb.shape[3]), m + 2
+    tile, lines = alpha * alpha * cpad, alpha * alpha // 4  # floats a tile, lines a step (cpad / lanes steps)
+    ahead = min(tile * 4, prfm.MAX_OFFSET // 64 * 64)
+    if tp >= 2:
+        nxt = tvm.tirx.min(yv * tw + xv + 1, tp - 1)
+        add(kv, lines, ahead, _addr(mb, [0, 0, 0, nxt * tile + kv * (lines * 16) - ahead // 4]), 64)
+    if len(sch.mod["main"].params) == 5:  # X, U, bias, R, out: the next tile's m x m x cpad floats
         r = pf.read_buffer(sch, "out", "R")
-        stmts += [pf.prefetch(r, [0, yv * m + i, xv * m + m, kv * lanes]) for i in range(m)]
-    return pf.at_loop_top(func, kv, stmts)
+        oh, ow = int(r.shape[1]), int(r.shape[2])
+        if oh >= m and ow >= m and m * cpad * 4 <= prfm.MAX_OFFSET:
+            at = [0, tvm.tirx.min(yv * m, oh - m), tvm.tirx.min(xv * m, ow - m), kv * (m * lanes)]
+            add(kv, m, m * cpad * 4, _addr(r, at), ow * cpad * 4)
+    if plan:
+        sch.annotate(yo, "pragma_import_llvm", "\n".join(irs.values()))
+    return plan
+
+
+def _addr(buf, indices):
+    """The address of buf[indices] (a flat index past the last axis is allowed, as TIR flattens)."""
+    return tvm.tirx.address_of(tvm.tirx.BufferLoad(buf, list(indices)))
+
+
+def _with_prefetch(func, plan):
+    """`func` with each planned statement at the top of its loop (prefetch_a53.at_loop_top)."""
+    for var, stmt in plan:
+        func = pf.at_loop_top(func, var, [stmt])
+    return func
