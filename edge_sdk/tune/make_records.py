@@ -29,14 +29,39 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def lower_with(model, variant, target, chooser, *, say, seed: int = 0):
-    """The variant family's backend under `chooser`, with compile's tuning records (compile_model's build step)."""
+class _SitesDone(Exception):
+    """Every kernel of the model has been emitted (and chosen): what lower_with(sites_only=True) stops at."""
+
+
+def _stop(*_a, **_k):
+    raise _SitesDone
+
+
+def lower_with(model, variant, target, chooser, *, say, seed: int = 0, sites_only: bool = False):
+    """The variant family's backend under `chooser`, with compile's tuning records (compile_model's build step).
+    sites_only: stop once every kernel was emitted (the first lift_params after the kernel rewrite, float or
+    int8), returning None: the records need the chooser's decisions, not the built model (whose TVM build
+    cost as much CPU as the lowering again)."""
+    import contextlib
+
+    from edge_sdk.compiler import lower
     from edge_sdk.compiler.build import _backend, tuning_records
     from edge_sdk.compiler.choice import using
+    from edge_sdk.compiler.int8 import backend as int8_backend
 
     extra = {"tuning": tuning_records(target, use=True, extra=[])} if variant.tunable else {}
-    with using(chooser):
-        return _backend(variant.family)(model, variant, target, progress=say, seed=seed, **extra)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(using(chooser))
+        if sites_only:
+            for mod in (lower, int8_backend):
+                old = mod.lift_params
+                stack.callback(setattr, mod, "lift_params", old)
+                mod.lift_params = _stop
+        try:
+            return _backend(variant.family)(model, variant, target, progress=say, seed=seed, **extra)
+        except _SitesDone:
+            say("every kernel chosen; the model itself is not built (records only)")
+            return None
 
 
 def keyed_chooser(target, *, progress, cached_only: bool = False, price_until: float | None = None):
@@ -141,7 +166,7 @@ def make_pair(model, variant_name: str, out_dir: Path, *, say=print, target_name
     core = R.core_of(target)
     t0, c0 = time.perf_counter(), _cpu_seconds()
     chooser = keyed_chooser(target, progress=say, cached_only=cached_only, price_until=price_until)
-    lower_with(model, variant, target, chooser, say=say)
+    lower_with(model, variant, target, chooser, say=say, sites_only=True)
     records = [r for keys in _group(chooser).values() if (r := _merge(chooser, keys)) is not None]
     data = {"format": R.FORMAT, "core": core, "priced_on": target.name, "model": model.name,
             "model_source": model.source, "variant": variant.name, "edge_sdk": __version__,
