@@ -263,6 +263,12 @@ def test_downloaded_onnx_detector_imports_its_eight_heads():
 
 
 @pytest.mark.slow
+def test_downloaded_onnx_detector_host_package_matches_onnxruntime(tmp_path):
+    """PP-PicoDet 800x608 (YOLO-style ONNX, 8 heads) compiled for the host: every head vs ONNX Runtime."""
+    _check_package(_fetched("layout_cdla.onnx"), "host", tmp_path)
+
+
+@pytest.mark.slow
 def test_downloaded_landmark_model_names_its_three_custom_ops():
     from edge_sdk.errors import ModelError
     from edge_sdk.models.importers import load_model_file
