@@ -1,7 +1,8 @@
 """2-D pooling (NHWC): max, average (TF: padding not counted), and the global mean.
 
 Same shape as the depthwise kernel without weights: channels innermost and vectorized, the window
-reduction in registers, rows in parallel. Windows wider than 3x3 stay rolled. A global pool
+reduction in registers, rows in parallel. Windows wider than 3x3 stay rolled. On NEON the 3x3 stride-2
+max pool (ResNet's, after the stem) is ops/maxpool_rows_a53's forward pass instead. A global pool
 (squeeze-excite's mean) walks the map once in memory order instead: the pixels outside, all channels
 accumulated inside.
 """
@@ -10,12 +11,15 @@ from __future__ import annotations
 import tvm
 from tvm import s_tir, te
 
+from edge_sdk.compiler.ops import maxpool_rows_a53
 from edge_sdk.compiler.ops.common import ACC_SCOPE, Simd, finish, pad_nhwc, tile_inner, vector_width
 
 
 def pool2d(shape, kind: str, kernel, strides, padding, simd: Simd, *, count_include_pad=False,
            name="edge_pool2d") -> tvm.tirx.PrimFunc:
     """kind "max" or "avg"; padding = (top, left, bottom, right); output (N, OH, OW, C)."""
+    if maxpool_rows_a53.applies(kind, kernel, strides, padding, shape, simd):
+        return maxpool_rows_a53.maxpool_3x3s2(shape, name)
     n, h, w_, c = shape
     kh, kw = kernel
     sh, sw = strides
