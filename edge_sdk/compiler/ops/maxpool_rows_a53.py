@@ -16,7 +16,9 @@ barrier, so each row's misses run forward a line at a time (LLVM's scheduler wou
 phases' loads and break the stride). `prev` (14 KB at 56x64) leaves the L1 while an output row streams
 56 KB past it, and its L2 hits would train the prefetcher as a third stream: a PRFM of the next pixel's
 `prev` lines (prfm_pair_a53, one line each; L2 hits, so no DRAM traffic) brings them back first.
-Output rows are split into `GROUPS` parallel runs (each starts from its row 2y-1 afresh).
+Output rows are split into `GROUPS` parallel runs (each starts from its row 2y-1 afresh). The rows
+and columns above are for padding 1 (torch); with 0 at the top / left (TF SAME at an even size: the
+zoo's ResNet18) the window starts one row / column later, 2y .. 2y+2.
 """
 from __future__ import annotations
 
@@ -35,16 +37,18 @@ _BARRIER_IR = (f"define i32 @{_BARRIER}(ptr %p) alwaysinline {{\nentry:\n"
 
 
 def applies(kind: str, kernel, strides, padding, shape, simd) -> bool:
-    """True for the case this kernel implements: float max, 3x3, stride 2, pad 1 all round, on NEON,
+    """True for the case this kernel implements: float max, 3x3, stride 2, padding 0 or 1 a side (TF SAME
+    at an even size: (0, 0, 1, 1); torch: (1, 1, 1, 1)), on NEON,
     16 to 64 channels in whole lines."""
     return (kind == "max" and simd.isa == "neon" and tuple(kernel) == (3, 3) and tuple(strides) == (2, 2)
-            and tuple(padding) == (1, 1, 1, 1) and shape[3] % 16 == 0 and shape[3] <= _MAX_C and min(shape[1], shape[2]) >= 2)
+            and set(padding[:4]) <= {0, 1} and shape[3] % 16 == 0 and shape[3] <= _MAX_C and min(shape[1], shape[2]) >= 2)
 
 
-def maxpool_3x3s2(shape, name: str) -> tvm.tirx.PrimFunc:
-    """(N, H, W, C) -> (N, (H - 1) // 2 + 1, (W - 1) // 2 + 1, C), float32."""
+def maxpool_3x3s2(shape, padding, name: str) -> tvm.tirx.PrimFunc:
+    """(N, H, W, C) -> (N, OH, OW, C), float32; padding (top, left, bottom, right), each 0 or 1."""
     n, h, w, c = (int(d) for d in shape)
-    oh, ow = (h - 1) // 2 + 1, (w - 1) // 2 + 1
+    pt, pl, pb, pr = padding
+    oh, ow = (h + pt + pb - 3) // 2 + 1, (w + pl + pr - 3) // 2 + 1
     cv, g_ = c // _LANES, GROUPS
     per = (oh + g_ - 1) // g_
     line = 64
@@ -59,9 +63,9 @@ def maxpool_3x3s2(shape, name: str) -> tvm.tirx.PrimFunc:
                 for z, kc in T.grid(ow, cv):  # prev = the 3-column max of this run's row 2y-1
                     for ki in T.vectorized(_LANES):
                         prev[bg % g_, z, kc * 4 + ki] = T.max(T.max(
-                            x[bg // g_, T.min(T.max(2 * (bg % g_) * per - 1, 0), h - 1), T.max(2 * z - 1, 0), kc * 4 + ki],
-                            x[bg // g_, T.min(T.max(2 * (bg % g_) * per - 1, 0), h - 1), 2 * z, kc * 4 + ki]),
-                            x[bg // g_, T.min(T.max(2 * (bg % g_) * per - 1, 0), h - 1), T.min(2 * z + 1, w - 1), kc * 4 + ki])
+                            x[bg // g_, T.min(T.max(2 * (bg % g_) * per - pt, 0), h - 1), T.max(2 * z - pl, 0), kc * 4 + ki],
+                            x[bg // g_, T.min(T.max(2 * (bg % g_) * per - pt, 0), h - 1), T.min(2 * z - pl + 1, w - 1), kc * 4 + ki]),
+                            x[bg // g_, T.min(T.max(2 * (bg % g_) * per - pt, 0), h - 1), T.min(2 * z - pl + 2, w - 1), kc * 4 + ki])
                 for yy in range(per):
                     if (bg % g_) * per + yy < oh:
                         for z in range(ow):
@@ -70,29 +74,29 @@ def maxpool_3x3s2(shape, name: str) -> tvm.tirx.PrimFunc:
                             for kc in T.unroll(cv):  # row 2y, pixels 2z-1 (an L1 hit) and 2z
                                 for ki in T.vectorized(_LANES):
                                     acc[kc * 4 + ki] = T.max(
-                                        x[bg // g_, 2 * ((bg % g_) * per + yy), T.max(2 * z - 1, 0), kc * 4 + ki],
-                                        x[bg // g_, 2 * ((bg % g_) * per + yy), 2 * z, kc * 4 + ki])
+                                        x[bg // g_, T.min(2 * ((bg % g_) * per + yy) - pt + 1, h - 1), T.max(2 * z - pl, 0), kc * 4 + ki],
+                                        x[bg // g_, T.min(2 * ((bg % g_) * per + yy) - pt + 1, h - 1), T.min(2 * z - pl + 1, w - 1), kc * 4 + ki])
                             T.evaluate(T.call_extern("int32", _BARRIER, T.address_of(x[bg // g_, 0, 0, 0])))
                             for kc in T.unroll(cv):  # row 2y, pixel 2z+1; row 2y-1 from prev
                                 for ki in T.vectorized(_LANES):
                                     acc[kc * 4 + ki] = T.max(T.max(
                                         acc[kc * 4 + ki],
-                                        x[bg // g_, 2 * ((bg % g_) * per + yy), T.min(2 * z + 1, w - 1), kc * 4 + ki]),
+                                        x[bg // g_, T.min(2 * ((bg % g_) * per + yy) - pt + 1, h - 1), T.min(2 * z - pl + 2, w - 1), kc * 4 + ki]),
                                         prev[bg % g_, z, kc * 4 + ki])
                             T.evaluate(T.call_extern("int32", _BARRIER, T.address_of(x[bg // g_, 0, 0, 0])))
                             for kc in T.unroll(cv):  # row 2y+1, pixels 2z-1 and 2z, into prev
                                 for ki in T.vectorized(_LANES):
                                     prev[bg % g_, z, kc * 4 + ki] = T.max(
-                                        x[bg // g_, T.min(2 * ((bg % g_) * per + yy) + 1, h - 1),
-                                          T.max(2 * z - 1, 0), kc * 4 + ki],
-                                        x[bg // g_, T.min(2 * ((bg % g_) * per + yy) + 1, h - 1), 2 * z, kc * 4 + ki])
+                                        x[bg // g_, T.min(2 * ((bg % g_) * per + yy) - pt + 2, h - 1),
+                                          T.max(2 * z - pl, 0), kc * 4 + ki],
+                                        x[bg // g_, T.min(2 * ((bg % g_) * per + yy) - pt + 2, h - 1), T.min(2 * z - pl + 1, w - 1), kc * 4 + ki])
                             T.evaluate(T.call_extern("int32", _BARRIER, T.address_of(x[bg // g_, 0, 0, 0])))
                             for kc in T.unroll(cv):  # row 2y+1, pixel 2z+1; the output pixel
                                 for ki in T.vectorized(_LANES):
                                     prev[bg % g_, z, kc * 4 + ki] = T.max(
                                         prev[bg % g_, z, kc * 4 + ki],
-                                        x[bg // g_, T.min(2 * ((bg % g_) * per + yy) + 1, h - 1),
-                                          T.min(2 * z + 1, w - 1), kc * 4 + ki])
+                                        x[bg // g_, T.min(2 * ((bg % g_) * per + yy) - pt + 2, h - 1),
+                                          T.min(2 * z - pl + 2, w - 1), kc * 4 + ki])
                                     out[bg // g_, (bg % g_) * per + yy, z, kc * 4 + ki] = T.max(
                                         acc[kc * 4 + ki], prev[bg % g_, z, kc * 4 + ki])
 

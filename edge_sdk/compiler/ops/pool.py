@@ -19,7 +19,7 @@ def pool2d(shape, kind: str, kernel, strides, padding, simd: Simd, *, count_incl
            name="edge_pool2d") -> tvm.tirx.PrimFunc:
     """kind "max" or "avg"; padding = (top, left, bottom, right); output (N, OH, OW, C)."""
     if maxpool_rows_a53.applies(kind, kernel, strides, padding, shape, simd):
-        return maxpool_rows_a53.maxpool_3x3s2(shape, name)
+        return maxpool_rows_a53.maxpool_3x3s2(shape, padding, name)
     n, h, w_, c = shape
     kh, kw = kernel
     sh, sw = strides
