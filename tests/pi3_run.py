@@ -25,3 +25,18 @@ def run_executable_on_pi3(ex, arrays: list[np.ndarray]) -> np.ndarray:
                            how=LocalRun(warmup=0, repeat=1))
     assert res.emulated
     return res.output
+
+
+def run_prim_func_on_pi3(func, ins: list[np.ndarray], out_shape, out_dtype: str) -> np.ndarray:
+    """One PrimFunc (compiled for pi3) on `ins`, all passed as params: a Relax main calls it behind a 1-byte
+    dummy input (the runner's input is float32/int8/uint8 only); its output."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    rvars = [relax.Var(f"a{i}", relax.TensorType(list(v.shape), str(v.dtype))) for i, v in enumerate(ins)]
+    dummy = relax.Var("x", relax.TensorType([1], "uint8"))
+    with bb.function("main", [dummy, *rvars]):
+        gv = bb.add_func(func, "kernel")
+        bb.emit_func_output(bb.emit(relax.call_tir(gv, rvars, relax.TensorType(list(out_shape), out_dtype))))
+    ex = tvm.compile(bb.get(), target=get_target("pi3").tvm_target())
+    return run_executable_on_pi3(ex, [np.zeros(1, np.uint8), *[np.ascontiguousarray(v) for v in ins]])

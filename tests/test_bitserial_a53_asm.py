@@ -82,20 +82,11 @@ def test_assembly_tile_matches_reference_under_qemu(case):
     pi3 = get_target("pi3")
     if shutil.which(pi3.cross_cc) is None or shutil.which("qemu-aarch64") is None:
         pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
-    from tvm import relax
-
-    from tests.pi3_run import run_executable_on_pi3
+    from tests.pi3_run import run_prim_func_on_pi3
 
     ab, wb, h, w, c, o, k, s, gb = case
     spec, ins, ref = _case(ab=ab, wb=wb, h=h, w=w, c=c, o=o, k=k, stride=s, glue_bits=gb, grouped=True)
     func = ops.conv2d_prim_func(arch=pi3.arch, **spec).with_attrs({"global_symbol": "conv", "op_pattern": 8})
     assert popc_a53.PREFIX in func.script()
-    bb = relax.BlockBuilder()
-    rvars = [relax.Var(f"a{i}", relax.TensorType(list(v.shape), str(v.dtype))) for i, v in enumerate(ins)]
-    dummy = relax.Var("x", relax.TensorType([1], "uint8"))  # the runner's input is float32/int8/uint8 only
-    with bb.function("main", [dummy, *rvars]):
-        gv = bb.add_func(func, "conv")
-        bb.emit_func_output(bb.emit(relax.call_tir(gv, rvars, relax.TensorType(list(ref.shape), str(ref.dtype)))))
-    ex = tvm.compile(bb.get(), target=pi3.tvm_target())
-    out = run_executable_on_pi3(ex, [np.zeros(1, np.uint8), *[np.ascontiguousarray(v) for v in ins]])
+    out = run_prim_func_on_pi3(func, ins, ref.shape, str(ref.dtype))
     np.testing.assert_array_equal(out, ref)

@@ -277,10 +277,14 @@ def test_fused_graph_matches_numpy_reference(host, name):
     build, shape = GRAPHS[name]
     mod = Net(shape).module(build)
     x = RNG.uniform(-1, 1, shape).astype("float32")
-    ex, params = lower.compile_relax(mod, host)
+    close(run_host(mod, x), np.asarray(evaluate(mod, x)))
+
+
+def run_host(mod, x):
+    """mod compiled for the host and run once in the Relax VM, its params in name order."""
+    ex, params = lower.compile_relax(mod, get_target("host"))
     vm = relax.VirtualMachine(ex, tvm.cpu())
-    out = vm["main"](tvm.runtime.tensor(x), *[tvm.runtime.tensor(params[k]) for k in sorted(params)]).numpy()
-    close(out, np.asarray(evaluate(mod, x)))
+    return vm["main"](tvm.runtime.tensor(x), *[tvm.runtime.tensor(params[k]) for k in sorted(params)]).numpy()
 
 
 def run_pi3(mod, x):

@@ -18,6 +18,7 @@ from edge_sdk.compiler.choice import families
 from edge_sdk.compiler.ops.common import Epilogue, simd_of
 from edge_sdk.quant.relax_ref import evaluate
 from edge_sdk.targets import get_target
+from test_float_fusions import run_host, run_prim
 
 RNG = np.random.default_rng(21)
 PRELU = Epilogue(("prelu",))
@@ -32,13 +33,6 @@ def np_prelu(y: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     return np.where(y >= 0, y, y * alpha.astype(np.float64))
 
 
-def run_prim(func, target, args, out_shape):
-    lib = tvm.compile(tvm.IRModule({"main": func}), target=target.tvm_target())
-    out = tvm.runtime.tensor(np.zeros(out_shape, "float32"))
-    lib[func.attrs["global_symbol"]](*[tvm.runtime.tensor(a) for a in args], out)
-    return out.numpy()
-
-
 def check_site(site, host, ref_fn, crop):
     """Each candidate schedule of the site built, run on the host and compared with ref_fn (numpy)."""
     xs = [s.random(RNG) for s in site.acts]
@@ -47,7 +41,7 @@ def check_site(site, host, ref_fn, crop):
     assert len(names) >= 2
     for name in names:
         built = site.build(name, "t_prelu", xs)
-        out = crop(run_prim(built.func, host, built.args, built.out.shape))
+        out = crop(run_prim(built.func, host, *built.args, out_shape=built.out.shape))
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()), err_msg=name)
 
 
@@ -136,13 +130,6 @@ def test_rewriter_fuses_every_prelu(host):
     relax.analysis.post_order_visit(mod["main"], lambda e: left.append(e.op.name) if (
         isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.nn.prelu") else None)
     assert left == [] and counts == {"conv": 3, "dw": 1}
-
-
-def run_host(mod, x):
-    host = get_target("host")
-    ex, params = lower.compile_relax(mod, host)
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    return vm["main"](tvm.runtime.tensor(x), *[tvm.runtime.tensor(params[k]) for k in sorted(params)]).numpy()
 
 
 def test_prelu_net_on_host():

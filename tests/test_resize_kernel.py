@@ -12,11 +12,11 @@ import pytest
 import tvm
 from tvm import relax
 
-from edge_sdk.compiler import lower
 from edge_sdk.compiler.ops import resize
 from edge_sdk.compiler.ops.common import simd_of
 from edge_sdk.quant.relax_ref import evaluate
 from edge_sdk.targets import get_target
+from test_float_fusions import run_host
 
 RNG = np.random.default_rng(6)
 CASES = [((1, 8, 8, 16), (16, 16), "half_pixel"), ((1, 7, 5, 24), (14, 10), "half_pixel"),
@@ -80,17 +80,11 @@ def test_compile_uses_the_kernel_and_keeps_other_modes_on_topi():
         assert any(n.startswith("edge_resize") for n in names) == ours, (method, mode, names)
 
 
-def _compiled_on_host(mod, x):
-    ex, params = lower.compile_relax(mod, get_target("host"))
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    return vm["main"](tvm.runtime.tensor(x), *[tvm.runtime.tensor(params[k]) for k in sorted(params)]).numpy()
-
-
 def test_resize_in_a_compiled_graph_on_host():
     mod = resize_net((1, 9, 7, 16), (18, 14), "half_pixel", with_convs=True)
     x = RNG.standard_normal((1, 9, 7, 16)).astype("float32")
     ref = np.asarray(evaluate(mod, x))
-    np.testing.assert_allclose(_compiled_on_host(mod, x), ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+    np.testing.assert_allclose(run_host(mod, x), ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
 
 
 @pytest.mark.slow

@@ -174,6 +174,13 @@ def _schedule(sch) -> None:
     sch.unroll(ya)
     sch.unroll(zb)
     sch.vectorize(ji)
+    schedule_output_tile(sch, bb, yb)
+
+
+def schedule_output_tile(sch, bb, yb) -> None:
+    """The output transform of one 2x2 tile under its channel-vector loop: the biased block's rows unrolled
+    and its lanes vectorized, Y = A^T M A's reduction unrolled with the lanes innermost (shared by the
+    whole-tensor and the blocked schedule)."""
     bl = sch.get_loops(bb)[-3:]
     sch.unroll(bl[0])
     sch.unroll(bl[1])

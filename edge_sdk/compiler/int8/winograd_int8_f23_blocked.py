@@ -21,7 +21,7 @@ from edge_sdk.compiler.choice import register_candidates
 from edge_sdk.compiler.int8 import fixedpoint as fp
 from edge_sdk.compiler.int8.gemm_int8_widen16 import SMLAL_8x8, _register_intrin
 from edge_sdk.compiler.int8.winograd_int8_f23 import (AT, NR, SCHEDULE, TR, _coef, _input_transform, applies,
-                                                      pack_weight_f23, tiles)
+                                                      pack_weight_f23, schedule_output_tile, tiles)
 from edge_sdk.compiler.ops.common import ACC_SCOPE, finish, round_up
 
 U_ONE_GROUP_BYTES = 1 << 20  # U (16 x CI x COpad int16) above this: one group, U streamed from DRAM once
@@ -116,17 +116,7 @@ def _schedule(sch, group: int) -> None:
     sch.unroll(ya)
     sch.unroll(zb)
     sch.vectorize(jl)
-    bl = sch.get_loops(bb)[-3:]
-    sch.unroll(bl[0])
-    sch.unroll(bl[1])
-    sch.vectorize(bl[2])
-    ly, lz, lj, lu, lv = sch.get_loops(yb)[-5:]
-    sch.reorder(ly, lz, lu, lv, lj)
-    for lp in (ly, lz, lu, lv):
-        sch.unroll(lp)
-    sch.vectorize(lj)
-    sch.decompose_reduction(yb, lu)
-    sch.vectorize(sch.get_loops(sch.get_sblock("Y_init"))[-1])
+    schedule_output_tile(sch, bb, yb)
     fi, fj = sch.get_loops(sch.get_sblock("out"))
     sch.parallel(fi)
     sch.vectorize(sch.split(fj, [None, NR])[1])

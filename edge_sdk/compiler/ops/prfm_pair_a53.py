@@ -16,10 +16,10 @@ wzr, [x]`, a line the kernel reads in this tile anyway), and the pair sits in a 
 prefetches exactly the lines the PRFMs name (on hardware the `ldr wzr` is a wasted L1-hit slot, and the
 two `b` are predicted branches; the model charges all of them).
 
-Unlike ops/prefetch_a53 (LLVM's `llvm.prefetch`, whose PRFM shares a base register with the kernel's
-own loads, so the plugin prefetches ahead of every load through it: "the generous rule"), a PRFM here
-fetches in the model what it fetches on hardware, one line, and nothing else; ops/prefetch_a53's
-at_loop_top places the calls.
+Unlike LLVM's `llvm.prefetch` (whose PRFM shares a base register with the kernel's own loads, so the
+plugin prefetches ahead of every load through it: "the generous rule"; ops/prefetch_a53 used it until
+e780ffd), a PRFM here fetches in the model what it fetches on hardware, one line, and nothing else;
+ops/prefetch_a53's at_loop_top places the calls.
 
 The prefetch is an LLVM IR function whose body is one inline-asm statement (as conv1x1_gemm_a53),
 linked by the `pragma_import_llvm` annotation and called with `call_extern`. aarch64 targets only.
