@@ -53,11 +53,14 @@ def _case(i, xs, co, padding, extreme, schedule="winograd_f23"):
 @pytest.mark.qemu
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or shutil.which("qemu-aarch64") is None,
                     reason="needs g++-aarch64-linux-gnu and qemu-user")
-@pytest.mark.parametrize("schedule", ["winograd_f23", "winograd_f23/g1", "winograd_f23/g2", "winograd_f23/g3", "default"])
+@pytest.mark.parametrize("schedule", ["winograd_f23", "winograd_f23/g1", "winograd_f23/g2", "winograd_f23/g3",
+                                      "winograd_f23/g1/a53", "winograd_f23/g2/a53", "winograd_f23/g3/a53", "default"])
 def test_winograd_f23_under_qemu_equals_reference(schedule):
     """The whole-tensor stages and the blocked ones (winograd_int8_f23_blocked: V per group of G tile blocks,
-    M per tile block; G = 2 and 3 leave a partial group on the 1- and 2-block cases); "default": the rule
-    (the 8-bit GEMM below 64 channels, the blocked Winograd on the last case)."""
+    M per tile block; G = 2 and 3 leave a partial group on the 1- and 2-block cases), with the LLVM smlal step
+    or the assembly one ("/a53": winograd_int8_a53_smlal; CI 8 .. 64 covers no loop, a loop and a tail of
+    1-3 steps); "default": the rule (the 8-bit GEMM below 64 channels, the blocked Winograd with the assembly
+    step on the last case)."""
     # the 8-bit GEMM that "default" gives below 64 channels takes weights in [-127, 127] only (TFLite's)
     chosen = [(i, c) for i, c in enumerate(CASES) if schedule != "default" or not c[3]]
     cases = [_case(i, *c, schedule) for i, c in chosen]
@@ -91,3 +94,23 @@ def test_winograd_f23_default_groups():
     assert f23b.default_group(256, 256, 7) == 7 and f23b.default_group(512, 512, 2) == 2
     assert f23b.default_group(64, 64, 1) == 1
     assert f23b.parse_group("winograd_f23/g7") == 7 and f23b.parse_group("winograd_f23") is None
+    assert f23b.parse_group("winograd_f23/g7/a53") == 7 and f23b.parse_asm("winograd_f23/g7/a53")
+    assert not f23b.parse_asm("winograd_f23/g7") and not f23b.parse_asm("winograd_f23/a53")
+
+
+@pytest.mark.parametrize("ci", [1, 2, 3, 4, 5, 6, 7, 64, 65, 66, 512])
+def test_a53_smlal_step_text(ci):
+    """The assembly step's text: CI steps of 16 by-lane multiplies (the first smull), every operand loaded
+    once (ldr q for the first two steps, then ldr d + ldr x + ins), no 128-bit load inside the loop."""
+    from edge_sdk.compiler.int8 import winograd_int8_a53_smlal as a53s
+
+    lines = a53s.kernel_lines(ci)
+    muls = [x for x in lines if x.startswith(("smull", "smlal"))]
+    n_loop = int(next((x.split("#")[1] for x in lines if x.startswith("mov x11")), 0))
+    body = lines[lines.index("1:") + 1:lines.index("b.ne 1b")] if n_loop else []
+    assert len(muls) + (n_loop - 1) * sum(x.startswith("smlal") for x in body) == 16 * ci
+    assert sum(x.startswith("smull") for x in lines) == 16
+    ldrd = sum(x.startswith("ldr d") for x in lines) + (n_loop - 1) * sum(x.startswith("ldr d") for x in body)
+    assert ldrd == 2 * max(0, ci - 2)
+    assert not any(x.startswith(("ldr q", "ldp q")) for x in body)
+    assert sum(x.startswith("str q") for x in lines) == 16

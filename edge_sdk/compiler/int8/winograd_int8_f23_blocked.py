@@ -11,7 +11,8 @@ x 2 x 2 x COpad int8); one int8 copy puts out4 into the (M, COpad) pixel rows th
 x COpad int16) is read once per group: the group size trades V's footprint against U's re-reads (layer4's
 U is 8 MB): default_group.
 
-Schedule names (int8.gemm8 candidates): "winograd_f23/g<G>".
+Schedule names (int8.gemm8 candidates): "winograd_f23/g<G>" (M by the LLVM smlal step) and
+"winograd_f23/g<G>/a53" (M by winograd_int8_a53_smlal's assembly step, written straight into M's layout).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tvm import s_tir, te, tirx
 
 from edge_sdk.compiler.choice import register_candidates
 from edge_sdk.compiler.int8 import fixedpoint as fp
+from edge_sdk.compiler.int8 import winograd_int8_a53_smlal as a53s
 from edge_sdk.compiler.int8.gemm_int8_widen16 import SMLAL_8x8, _register_intrin
 from edge_sdk.compiler.int8.winograd_int8_f23 import (AT, NR, SCHEDULE, TR, _coef, _input_transform, applies,
                                                       pack_weight_f23, schedule_output_tile, tiles)
@@ -28,14 +30,22 @@ U_ONE_GROUP_BYTES = 1 << 20  # U (16 x CI x COpad int16) above this: one group, 
 SMALL_GROUP = 2  # else: 2 tile blocks a group (priced best alone at 56x56x64 and 28x28x128)
 
 
-def schedule_name(group: int) -> str:
-    return f"{SCHEDULE}/g{group}"
+ASM = "a53"  # the schedule name's suffix of the assembly multiply step
+
+
+def schedule_name(group: int, asm: bool = False) -> str:
+    return f"{SCHEDULE}/g{group}" + (f"/{ASM}" if asm else "")
 
 
 def parse_group(schedule: str) -> int | None:
-    """G of "winograd_f23/g<G>", None for any other schedule name."""
+    """G of "winograd_f23/g<G>" or "winograd_f23/g<G>/a53", None for any other schedule name."""
     head, _, g = schedule.partition("/g")
+    g = g.removesuffix(f"/{ASM}")
     return int(g) if head == SCHEDULE and g.isdigit() and int(g) > 0 else None
+
+
+def parse_asm(schedule: str) -> bool:
+    return parse_group(schedule) is not None and schedule.endswith(f"/{ASM}")
 
 
 def default_group(ci: int, cop: int, n_blocks: int) -> int:
@@ -49,13 +59,15 @@ def default_group(ci: int, cop: int, n_blocks: int) -> int:
 
 
 def default_schedule(x_shape, w_shape, geom) -> str:
-    """winograd_f23/g<default_group> for a conv winograd_int8_f23.is_default names."""
+    """winograd_f23/g<default_group>/a53 for a conv winograd_int8_f23.is_default names (the assembly step:
+    priced alone on pi3, 56x56x64 22.59 -> 20.53 M cycles, 28x28x128 21.28 -> 19.23, 14x14x256 21.39 -> 19.66,
+    7x7x512 22.38 -> 20.38)."""
     _, _, ci, co = w_shape
     th, tw = tiles(geom)
-    return schedule_name(default_group(ci, round_up(co, NR), -(-x_shape[0] * th * tw // TR)))
+    return schedule_name(default_group(ci, round_up(co, NR), -(-x_shape[0] * th * tw // TR)), asm=True)
 
 
-def conv_f23_blocked(x_shape, w_hwio, rq, *, geom, name: str, group: int):
+def conv_f23_blocked(x_shape, w_hwio, rq, *, geom, name: str, group: int, asm: bool = False):
     """PrimFunc out (M, COpad) int8, x NHWC; returns (func, U, npad). Arguments: x, U, bias, mult, rshift."""
     _, _, ci, co = w_hwio.shape
     n = x_shape[0]
@@ -71,10 +83,15 @@ def conv_f23_blocked(x_shape, w_hwio, rq, *, geom, name: str, group: int):
     ut = te.placeholder(up.shape, "int16", name="u")
     bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
     rk = te.reduce_axis((0, ci), "rk")
-    acc = te.compute((16, tb * TR, npad), lambda p, t, j: te.sum(
-        v[t // TR, p, rk, t % TR].astype("int32") * ut[j // NR, p, rk, j % NR].astype("int32"), axis=rk),
-        name="acc")
-    mm = te.compute((tb * TR, npad // 4, 16, 4), lambda t, q, p, l: acc[p, t, q * 4 + l], name="M")
+    if asm:  # M itself is the reduction: the assembly step writes it
+        mm = te.compute((tb * TR, npad // 4, 16, 4), lambda t, q, p, l: te.sum(
+            v[t // TR, p, rk, t % TR].astype("int32") * ut[(q * 4 + l) // NR, p, rk, (q * 4 + l) % NR].astype("int32"),
+            axis=rk), name="M")
+    else:
+        acc = te.compute((16, tb * TR, npad), lambda p, t, j: te.sum(
+            v[t // TR, p, rk, t % TR].astype("int32") * ut[j // NR, p, rk, j % NR].astype("int32"), axis=rk),
+            name="acc")
+        mm = te.compute((tb * TR, npad // 4, 16, 4), lambda t, q, p, l: acc[p, t, q * 4 + l], name="M")
     ru, rv = te.reduce_axis((0, 4), "ou"), te.reduce_axis((0, 4), "ov")
     ysum = te.compute((tb * TR, 2, 2, npad), lambda t, y, z, j: te.sum(
         _coef(AT, y, ru) * _coef(AT, z, rv) * mm[t, j // 4, ru * 4 + rv, j % 4], axis=[ru, rv]), name="Y")
@@ -89,14 +106,15 @@ def conv_f23_blocked(x_shape, w_hwio, rq, *, geom, name: str, group: int):
 
     out = te.compute((m, npad), pixel, name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, ut, bt, mt, rt_, out]))
-    _schedule(sch, group)
+    _schedule(sch, group, ci if asm else None)
     return finish(sch, name), up, npad
 
 
-def _schedule(sch, group: int) -> None:
+def _schedule(sch, group: int, asm_ci: int | None = None) -> None:
     """out4: group of tile blocks (parallel), channel block, tile block, tile, 4-channel quad, 2x2 outputs;
-    V at the group, M at the tile block (the smlal 8x8 step over CI, as winograd_int8_f23), Y at the quad."""
-    vb, ab, mb = sch.get_sblock("V"), sch.get_sblock("acc"), sch.get_sblock("M")
+    V at the group, M at the tile block (the smlal 8x8 step over CI, as winograd_int8_f23, or with asm_ci
+    winograd_int8_a53_smlal's assembly step for CI steps), Y at the quad."""
+    vb, mb = sch.get_sblock("V"), sch.get_sblock("M")
     yb, bb, ob = sch.get_sblock("Y"), sch.get_sblock("biased"), sch.get_sblock("out4")
     t, ya, zb, j = sch.get_loops(ob)
     tg, tk, ti = sch.split(t, [None, group, TR])
@@ -107,12 +125,21 @@ def _schedule(sch, group: int) -> None:
         sch.compute_at(blk, jq)
         sch.set_scope(blk, 0, ACC_SCOPE)
     sch.compute_at(mb, tk)
-    ti2 = _schedule_m(sch, mb, ab)
+    if asm_ci is None:
+        ti2 = _schedule_m(sch, mb, sch.get_sblock("acc"))
+    else:
+        t2, q2, p2, l2, rk2 = sch.get_loops(mb)[-5:]
+        sch.reorder(p2, t2, q2, l2, rk2)
+        ti2 = t2
     sch.compute_at(vb, tg)  # before the tensorize: a tensorized consumer stops compute_at's region analysis
     _schedule_v(sch, vb)
-    _register_intrin()
-    sch.tensorize(ti2, SMLAL_8x8)
-    sch.vectorize(sch.get_loops(mb)[-1])
+    if asm_ci is None:
+        _register_intrin()
+        sch.tensorize(ti2, SMLAL_8x8)
+        sch.vectorize(sch.get_loops(mb)[-1])
+    else:
+        sch.tensorize(ti2, a53s.intrin(asm_ci))
+        sch.annotate(tg, "pragma_import_llvm", a53s.llvm_ir(asm_ci))
     sch.unroll(ya)
     sch.unroll(zb)
     sch.vectorize(jl)
@@ -158,4 +185,4 @@ def _candidates(workload: dict) -> list[str]:
     n_tiles = a * -(-oh // 2) * -(-ow // 2)
     if not applies(kh, kw, workload["stride"], workload["dilation"], n_tiles):
         return []
-    return [schedule_name(g) for g in groups_for(ci, round_up(co, NR), -(-n_tiles // TR))]
+    return [schedule_name(g, asm) for asm in (False, True) for g in groups_for(ci, round_up(co, NR), -(-n_tiles // TR))]
