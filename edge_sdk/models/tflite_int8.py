@@ -121,6 +121,8 @@ def _validate(g: Int8Graph) -> None:
             raise ModelError(f"{where(op)}: not supported by the int8 compiler "
                              f"(supported: {', '.join(sorted(registry.kinds()))})")
         for i in op.inputs + op.outputs:
+            if i < 0:  # an omitted optional input (FULLY_CONNECTED / CONV_2D without a bias)
+                continue
             t = g.tensors[i]
             if t.dtype == "uint8":
                 raise ModelError(f"{where(op)}: tensor '{t.name}' is uint8 (legacy asymmetric quantization); "
