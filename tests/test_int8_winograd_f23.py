@@ -114,3 +114,9 @@ def test_a53_smlal_step_text(ci):
     assert ldrd == 2 * max(0, ci - 2)
     assert not any(x.startswith(("ldr q", "ldp q")) for x in body)
     assert sum(x.startswith("str q") for x in lines) == 16
+    # the blocked kernel's call: a tile block's 16 positions one after another, each position's stores
+    # beside the next one's first step
+    lines16 = a53s.kernel_lines(ci, 16)
+    assert sum(x.startswith("smull") for x in lines16) == 16 * 16
+    assert sum(x.startswith("str q") for x in lines16) == 16 * 16
+    assert sum(x.startswith(("ldr q", "ldp q")) for x in lines16) == (4 if 16 * ci > 1 else 2)

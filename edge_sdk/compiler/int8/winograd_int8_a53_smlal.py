@@ -25,121 +25,153 @@ NAME = "edge_a53_wino_smlal_8x8"
 PERIOD = 3  # steps in the loop body: one turn of the three operand sets
 
 
-def _set(k: int) -> tuple[int, int]:
-    """(A, B) vector registers of step k."""
-    r = k % 3
+def _set(s: int) -> tuple[int, int]:
+    """(A, B) vector registers of step s."""
+    r = s % 3
     return 2 * r, 2 * r + 1
 
 
-def _qop(k: int, n: int) -> str:
-    a, b = _set(k)
+def _qop(s: int, first: bool, n: int) -> str:
+    a, b = _set(s)
     i, hi = n // 2, n % 2
-    mn = ("smull" if k == 0 else "smlal") + ("2" if hi else "")
+    mn = ("smull" if first else "smlal") + ("2" if hi else "")
     return f"{mn} v{16 + 2 * i + hi}.4s, v{b}.{'8h' if hi else '4h'}, v{a}.h[{i}]"
 
 
-def _step(k: int, ci: int, adv: int, pending: str | None, extra: dict | None = None) -> tuple[list[str], str | None]:
-    """Step k's lines (its 16 ops, the loads of step k+2 if any, offsets less `adv` bytes); pending: the
-    `ins` of the previous step's B, issued beside this step's first `ldr d` (or alone first)."""
-    extra = extra or {}
-    q = [_qop(k, n) for n in range(16)]
+def _step(s: int, ci: int, total: int, adv: int, pending: str | None, extra: dict | None = None,
+          stores: dict | None = None) -> tuple[list[str], str | None]:
+    """Step s's lines (of `total` steps, `ci` a position: its 16 ops, the loads of step s+2 if any, offsets
+    less `adv` bytes); pending: the `ins` of the previous step's B, issued beside this step's first `ldr d`
+    (or alone first); extra / stores: lines after / before op n."""
+    extra, stores = extra or {}, stores or {}
+    q = [_qop(s, s % ci == 0, n) for n in range(16)]
+    pre = [stores.get(n, []) for n in range(16)]
+    post = [extra.get(n, []) for n in range(16)]
     out: list[str] = []
-    if k + 2 < ci:
-        a, b = _set(k + 2)
-        off = (k + 2) * 16 - adv
+
+    def op(n):
+        return [*pre[n], q[n], *post[n]]
+
+    if s + 2 < total:
+        a, b = _set(s + 2)
+        off = (s + 2) * 16 - adv
         out += [f"ldr d{a}, [$0, #{off}]"] + ([pending] if pending else [])
-        out += [q[0], f"ldr x9, [$0, #{off + 8}]"] + q[1:8]
-        out += [f"ldr d{b}, [$1, #{off}]", f"ins v{a}.d[1], x9", q[8], f"ldr x10, [$1, #{off + 8}]"]
-        rest, nxt = q[9:], f"ins v{b}.d[1], x10"
+        out += [*pre[0], q[0], f"ldr x9, [$0, #{off + 8}]", *post[0]]
+        for n in range(1, 8):
+            out += op(n)
+        out += [f"ldr d{b}, [$1, #{off}]", f"ins v{a}.d[1], x9", *pre[8], q[8], f"ldr x10, [$1, #{off + 8}]", *post[8]]
+        nxt = f"ins v{b}.d[1], x10"
     else:
         out += [pending] if pending else []
-        out += q[:9]
-        rest, nxt = q[9:], None
-    for n, line in enumerate(rest, start=9):
-        out.append(line)
-        out += extra.get(n, [])
+        out += op(0)
+        for n in range(1, 9):
+            out += op(n)
+        nxt = None
+    for n in range(9, 16):
+        out += op(n)
     return out, nxt
 
 
-def kernel_lines(ci: int) -> list[str]:
-    """The asm for CI steps: $0 A (V, 8 int16 a step), $1 B (U, 8 int16 a step), both advanced by the loop;
-    $2 C, $5 / $6 C's tile / quad strides in bytes."""
-    lines = ["ldr q0, [$0]", "ldr q1, [$1]"] + (["ldr q2, [$0, #16]", "ldr q3, [$1, #16]"] if ci > 1 else [])
-    # the loop: steps HEAD .. HEAD + PERIOD * n - 1, each of which loads (k + 2 < ci)
-    head = 1
-    n_loop = max(0, (ci - 2 - head) // PERIOD)
-    pending = None
-    for k in range(min(head, ci)):
-        out, pending = _step(k, ci, 0, pending)
-        lines += out
-    if n_loop:
-        lines += [f"mov x11, #{n_loop}", "1:"]
-        for m in range(PERIOD):
-            last = m == PERIOD - 1
-            extra = {10: [f"add $0, $0, #{16 * PERIOD}"], 12: [f"add $1, $1, #{16 * PERIOD}"],
-                     13: ["subs x11, x11, #1"]} if last else None
-            out, pending = _step(head + m, ci, 0, pending, extra)
+def _creg(p: int) -> str:
+    return "x14" if p % 2 else "x15"
+
+
+def _stores(p: int) -> dict:
+    """Position p's 16 accumulators to C (_creg(p) = C + 16 p, set in its last step), each just before the op
+    that overwrites it (the next position's smull)."""
+    r = _creg(p)
+    return {n: [f"str q{16 + n}, [{r}]"] if n % 2 == 0 else [f"str q{16 + n}, [{r}, $6]", f"add {r}, {r}, $5"]
+            for n in range(16)}
+
+
+def kernel_lines(ci: int, npos: int = 1) -> list[str]:
+    """The asm for npos positions of CI steps each: $0 A (V, 8 int16 a step, positions one after another),
+    $1 B (U, the same), both advanced; $2 C, $5 / $6 C's tile / quad strides in bytes, a position 16 bytes."""
+    total = ci * npos
+    lines = ["ldr q0, [$0]", "ldr q1, [$1]"] + (["ldr q2, [$0, #16]", "ldr q3, [$1, #16]"] if total > 1 else [])
+    pending, adv, label = None, 0, 0
+    for p in range(npos):
+        s0, s_end = p * ci, (p + 1) * ci
+        head = 1
+        # the loop: steps s0 + head .. s0 + head + PERIOD n - 1, each loading (s + 2 < total), one step left after
+        n_loop = max(0, (min(s_end - 1, total - 2) - s0 - head) // PERIOD)
+        set_c = {12: [f"add {_creg(p)}, $2, #{16 * p}"]}
+        for s in range(s0, min(s0 + head, s_end)):
+            out, pending = _step(s, ci, total, adv, pending, set_c if s == s_end - 1 else None,
+                                 stores=_stores(p - 1) if p else None)
             lines += out
-        lines.append("b.ne 1b")
-    adv = 16 * PERIOD * n_loop
-    for k in range(head + PERIOD * n_loop, ci):
-        out, pending = _step(k, ci, adv, pending)
-        lines += out
+        if n_loop:
+            label += 1
+            lines += [f"mov x11, #{n_loop}", f"{label}:"]
+            for m in range(PERIOD):
+                last = m == PERIOD - 1
+                extra = {10: [f"add $0, $0, #{16 * PERIOD}"], 12: [f"add $1, $1, #{16 * PERIOD}"],
+                         13: ["subs x11, x11, #1"]} if last else None
+                out, pending = _step(s0 + head + m, ci, total, adv, pending, extra)
+                lines += out
+            lines.append(f"b.ne {label}b")
+            adv += 16 * PERIOD * n_loop
+        for s in range(s0 + head + PERIOD * n_loop, s_end):
+            out, pending = _step(s, ci, total, adv, pending, set_c if s == s_end - 1 else None)
+            lines += out
     assert pending is None
-    lines.append("mov x12, $2")
-    for i in range(8):
-        lines += [f"str q{16 + 2 * i}, [x12]", f"str q{17 + 2 * i}, [x12, $6]", "add x12, x12, $5"]
+    for _n, st in sorted(_stores(npos - 1).items()):
+        lines += st
     return lines
 
 
-def llvm_ir(ci: int) -> str:
-    """`i32 NAME_ciN(ptr C, ptr A, ptr B, i32 s0_ints, i32 s1_ints)`: the kernel for one CI as LLVM IR."""
-    text = "\\0A".join(kernel_lines(ci))
-    clobbers = ",".join([f"~{{x{i}}}" for i in (9, 10, 11, 12)] + [f"~{{v{i}}}" for i in range(32)]
+def llvm_ir(ci: int, npos: int = 1) -> str:
+    """`i32 NAME(ptr C, ptr A, ptr B, i32 s0_ints, i32 s1_ints)`: the kernel for one (CI, npos) as LLVM IR."""
+    text = "\\0A".join(kernel_lines(ci, npos))
+    clobbers = ",".join([f"~{{x{i}}}" for i in (9, 10, 11, 14, 15)] + [f"~{{v{i}}}" for i in range(32)]
                         + ["~{memory}", "~{cc}"])
-    return (f"define i32 @{NAME}_ci{ci}(ptr %c, ptr %a, ptr %b, i32 %s0, i32 %s1) {{\nentry:\n"
+    return (f"define i32 @{_name(ci, npos)}(ptr %c, ptr %a, ptr %b, i32 %s0, i32 %s1) {{\nentry:\n"
             "  %s0b = mul i32 %s0, 4\n  %t = sext i32 %s0b to i64\n"
             "  %s1b = mul i32 %s1, 4\n  %q = sext i32 %s1b to i64\n"
             f"  %r = call {{ ptr, ptr }} asm sideeffect \"{text}\", \"=r,=r,r,0,1,r,r,{clobbers}\""
             "(ptr %c, ptr %a, ptr %b, i64 %t, i64 %q)\n  ret i32 0\n}\n")
 
 
-def intrin(ci: int) -> str:
-    """The tensor intrinsic for one CI (registered once): C[i, q, 0, l] = sum_k A[k, i] * B[k, 4q + l]."""
+def _name(ci: int, npos: int) -> str:
+    return f"{NAME}_ci{ci}_p{npos}"
+
+
+def intrin(ci: int, npos: int = 1) -> str:
+    """The tensor intrinsic for one (CI, npos) (registered once): C[i, q, p, l] = sum_k A[p, k, i] * B[p, k, 4q + l]."""
     from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
 
-    name = f"{NAME}_ci{ci}"
+    name = _name(ci, npos)
     if TensorIntrin.get(name, allow_missing=True) is not None:
         return name
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        s0, s1, s2 = T.int32(), T.int32(), T.int32()
-        A = T.match_buffer(a, (ci, 8), "int16", offset_factor=1)
-        B = T.match_buffer(b, (ci, 8), "int16", offset_factor=1)
-        C = T.match_buffer(c, (8, 2, 1, 4), "int32", offset_factor=1, strides=[s0, s1, s2, 1])
+        s0, s1 = T.int32(), T.int32()
+        A = T.match_buffer(a, (npos, ci, 8), "int16", offset_factor=1)
+        B = T.match_buffer(b, (npos, ci, 8), "int16", offset_factor=1)
+        C = T.match_buffer(c, (8, 2, npos, 4), "int32", offset_factor=1, strides=[s0, s1, 4, 1])
         with T.sblock("root"):
-            T.reads(A[0:ci, 0:8], B[0:ci, 0:8])
-            T.writes(C[0:8, 0:2, 0, 0:4])
-            for i, q, lane, k in T.grid(8, 2, 4, ci):
+            T.reads(A[0:npos, 0:ci, 0:8], B[0:npos, 0:ci, 0:8])
+            T.writes(C[0:8, 0:2, 0:npos, 0:4])
+            for i, q, p, lane, k in T.grid(8, 2, npos, 4, ci):
                 with T.sblock("update"):
-                    vi, vq, vl, vk = T.axis.remap("SSSR", [i, q, lane, k])
-                    T.reads(C[vi, vq, 0, vl], A[vk, vi], B[vk, vq * 4 + vl])
-                    T.writes(C[vi, vq, 0, vl])
+                    vi, vq, vp, vl, vk = T.axis.remap("SSSSR", [i, q, p, lane, k])
+                    T.reads(C[vi, vq, vp, vl], A[vp, vk, vi], B[vp, vk, vq * 4 + vl])
+                    T.writes(C[vi, vq, vp, vl])
                     with T.init():
-                        C[vi, vq, 0, vl] = 0
-                    C[vi, vq, 0, vl] = C[vi, vq, 0, vl] + T.Cast("int32", A[vk, vi]) * T.Cast("int32", B[vk, vq * 4 + vl])
+                        C[vi, vq, vp, vl] = 0
+                    C[vi, vq, vp, vl] = C[vi, vq, vp, vl] + T.Cast("int32", A[vp, vk, vi]) * T.Cast("int32", B[vp, vk, vq * 4 + vl])
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        s0, s1, s2 = T.int32(), T.int32(), T.int32()
-        A = T.match_buffer(a, (ci, 8), "int16", offset_factor=1)
-        B = T.match_buffer(b, (ci, 8), "int16", offset_factor=1)
-        C = T.match_buffer(c, (8, 2, 1, 4), "int32", offset_factor=1, strides=[s0, s1, s2, 1])
+        s0, s1 = T.int32(), T.int32()
+        A = T.match_buffer(a, (npos, ci, 8), "int16", offset_factor=1)
+        B = T.match_buffer(b, (npos, ci, 8), "int16", offset_factor=1)
+        C = T.match_buffer(c, (8, 2, npos, 4), "int32", offset_factor=1, strides=[s0, s1, 4, 1])
         with T.sblock("root"):
-            T.reads(A[0:ci, 0:8], B[0:ci, 0:8])
-            T.writes(C[0:8, 0:2, 0, 0:4])
+            T.reads(A[0:npos, 0:ci, 0:8], B[0:npos, 0:ci, 0:8])
+            T.writes(C[0:8, 0:2, 0:npos, 0:4])
             T.evaluate(T.call_extern("int32", name, C.access_ptr("w"), A.access_ptr("r"), B.access_ptr("r"), s0, s1))
 
     TensorIntrin.register(name, desc, impl)

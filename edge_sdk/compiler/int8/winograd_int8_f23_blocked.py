@@ -128,9 +128,7 @@ def _schedule(sch, group: int, asm_ci: int | None = None) -> None:
     if asm_ci is None:
         ti2 = _schedule_m(sch, mb, sch.get_sblock("acc"))
     else:
-        t2, q2, p2, l2, rk2 = sch.get_loops(mb)[-5:]
-        sch.reorder(p2, t2, q2, l2, rk2)
-        ti2 = t2
+        ti2 = sch.get_loops(mb)[-5]  # (tile, quad, position, lane, CI): one call for the tile block's 16 positions
     sch.compute_at(vb, tg)  # before the tensorize: a tensorized consumer stops compute_at's region analysis
     _schedule_v(sch, vb)
     if asm_ci is None:
@@ -138,8 +136,8 @@ def _schedule(sch, group: int, asm_ci: int | None = None) -> None:
         sch.tensorize(ti2, SMLAL_8x8)
         sch.vectorize(sch.get_loops(mb)[-1])
     else:
-        sch.tensorize(ti2, a53s.intrin(asm_ci))
-        sch.annotate(tg, "pragma_import_llvm", a53s.llvm_ir(asm_ci))
+        sch.tensorize(ti2, a53s.intrin(asm_ci, 16))
+        sch.annotate(tg, "pragma_import_llvm", a53s.llvm_ir(asm_ci, 16))
     sch.unroll(ya)
     sch.unroll(zb)
     sch.vectorize(jl)
