@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import suite_timeline
 import wheel_venv
 import xdist_units
 
@@ -64,6 +65,8 @@ SLOW_TESTS = {
 def pytest_configure(config):
     # the README's `-n 2 --dist loadgroup`: which tests share a worker, and in which order (tests/xdist_units.py)
     config.pluginmanager.register(xdist_units, "edge-sdk-xdist-units")
+    # EDGE_SDK_TEST_TIMELINE=DIR: each test's wall / CPU time and qemu lock turns (tests/suite_timeline.py)
+    config.pluginmanager.register(suite_timeline, "edge-sdk-suite-timeline")
 
 
 def pytest_collection_modifyitems(config, items):

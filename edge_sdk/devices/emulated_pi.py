@@ -21,6 +21,7 @@ then deletes the network namespace (which removes the veth pair) and the device 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import ipaddress
 import json
 import os
@@ -82,7 +83,7 @@ exec chroot "$root" /usr/sbin/sshd -D -f /etc/ssh/sshd_config.edge-sdk -E "$log"
 
 
 class EmulatedError(StandInError):
-    pass
+    """An emulated Pi could not be built, started or stopped."""
 
 
 def cache_root() -> Path:
@@ -129,14 +130,18 @@ def _flags(text: str) -> str:
 
 
 def build_rootfs(suite: str | None = None, *, mirror: str = MIRROR, log=print) -> Path:
-    """The cached arm64 rootfs of `suite` (debootstrap, ~4-6 min the first time) with user `pi`
-    (uid 1000, no password: key login only) and no host keys (each device gets its own)."""
-    suite = suite or default_suite()
-    final = rootfs_dir(suite)
+    """The cached arm64 rootfs of `suite` (debootstrap, ~4-6 min once): user `pi` (uid 1000, key login only), no host keys."""
+    final = rootfs_dir(suite := suite or default_suite())
     if (final / ".edge-sdk-rootfs").exists():
         return final
     check_host()
     final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.parent / f".{final.name}.lock", "w") as lock:  # one build: a second process waits, then
+        fcntl.flock(lock, fcntl.LOCK_EX)  # finds the first's rootfs (no second debootstrap)
+        return final if (final / ".edge-sdk-rootfs").exists() else _build_rootfs(suite, final, mirror, log)
+
+
+def _build_rootfs(suite: str, final: Path, mirror: str, log) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.build-", dir=final.parent))
     os.chmod(tmp, 0o755)
     t0 = time.monotonic()

@@ -47,6 +47,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from contextlib import contextmanager
 from importlib import resources
 from dataclasses import asdict, dataclass
@@ -171,7 +172,9 @@ def workdir():
     root = cache_root() / "emulate"
     root.mkdir(parents=True, exist_ok=True)
     with open(root / "lock", "w") as lock:
+        asked = time.time()
         fcntl.flock(lock, fcntl.LOCK_EX)
+        got = time.time()
         work = root / "work"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
@@ -179,6 +182,17 @@ def workdir():
             yield work
         finally:
             shutil.rmtree(work, ignore_errors=True)
+            _log_lock_turn(asked, got)
+
+
+LOCK_LOG = "EDGE_SDK_LOCK_LOG"  # a file: each workdir() turn appends when it asked, got and let go of the lock
+
+
+def _log_lock_turn(asked: float, got: float) -> None:  # read by the suite's timeline (tests/suite_timeline.py)
+    if where := os.environ.get(LOCK_LOG):
+        with open(where, "a") as fh:  # one short write per line: O_APPEND keeps lines whole across processes
+            fh.write(json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", ""), "pid": os.getpid(), "asked":
+                                 round(asked, 3), "got": round(got, 3), "released": round(time.time(), 3)}) + "\n")
 
 
 def _qemu() -> str:
