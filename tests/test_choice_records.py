@@ -205,3 +205,32 @@ def test_a_record_made_against_another_rule_is_skipped_with_one_warning(tmp_path
         assert ch.stats["stale"] == 1 and "other kernels" in ch.layers["double0"]["record_skipped"]
         with pytest.warns(ChoiceWarning, match="1 choice records were made against other kernels"):
             assert ch.report()["stale"] == 1
+
+
+def test_records_of_another_timing_model_stay_applied(tmp_path, monkeypatch):
+    """A timing-model change (the plugin or the pricing rules) does not make a record stale: the record's
+    code is still the code that matched numpy, only its price is from the older model. It is applied, no
+    warning, and the manifest's choice names the model it was priced under (so the choice is never turned
+    off for users by a model change; tools/make_choice_records.py re-prices on the new one)."""
+    from edge_sdk.targets import get_target
+    from edge_sdk.timing.package_figures import model_version
+    from test_choice import _site
+
+    site: Site = _site()
+    wl = R.record_key(site.family, site.workload)["workload"]
+    good = code_hashes(site, ["four_passes"])["four_passes"]
+    old = "a53-000000000000"
+    assert old != model_version()
+    R.write_file(tmp_path / "rec" / "a53-test-float32.json", {
+        "format": R.FORMAT, "core": R.CORE, "timing_model": old, "records": [
+            {"family": site.family, "workload": wl, "schedule": "four_passes", "code": good, "codes": [good],
+             "max_error": 0.0, "modelled_cycles": 1, "default_cycles": 2, "names": site.candidates(),
+             "default_codes": [code_hashes(site, [DEFAULT])[DEFAULT]]}]})
+    monkeypatch.setenv("EDGE_SDK_CHOICE_RECORDS", str(tmp_path / "rec"))
+    ch = RecordChooser(get_target("pi3"), check=lambda *a: pytest.fail("recorded code needs no qemu check"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ChoiceWarning)
+        assert ch.choose(site) == "four_passes"
+        report = ch.report()
+    assert report["from_records"] == 1 and report["stale"] == 0 and report["timing_model"] == old
+    assert ch.layers["double0"]["record"]["timing_model"] == old
