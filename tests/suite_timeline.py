@@ -9,7 +9,7 @@ Each worker (or the one process without xdist) appends a JSON line per test to F
 its node id, wall start and end (setup, call and teardown: a module or session fixture's build is charged to
 the first test that asks for it), and the CPU seconds of the worker process itself and of the children it
 waited for (compiler subprocesses, qemu, the CLI) from getrusage. The qemu runner appends each turn at its one
-work-directory lock (edge_sdk/qemu/runner.workdir: asked, got, released) to FOLDER/lock.jsonl, from any
+work-directory lock (edge_sdk/qemu/workdir.py: asked, got, released) to FOLDER/lock.jsonl, from any
 process the test started too (EDGE_SDK_LOCK_LOG is inherited), tagged with PYTEST_XDIST_WORKER.
 
 A test whose wall time is well above its CPU time waited: for the lock (lock.jsonl says how long), for an

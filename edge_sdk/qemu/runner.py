@@ -16,7 +16,8 @@ What makes the guest deterministic (each item moved counts by thousands when lef
 - PYTHONHASHSEED=0, PYTHONSAFEPATH=1, a minimal environment, stdout to a file;
 - OPENBLAS_NUM_THREADS=1: numpy's OpenBLAS otherwise starts a thread per core at import, and
   their interleaving moves the count by millions;
-- one fixed work directory (serialised with a lock) so every path the guest sees is the same;
+- one fixed work directory (edge_sdk/qemu/workdir.py: as root, each run's own slot bind-mounted on it) so
+  every path the guest sees is the same;
 - `setarch -R` (no address randomisation), so address-hashed containers iterate alike.
 The guest sees a Raspberry Pi 3 /proc/cpuinfo through the -L prefix: LiteRT crashes on qemu 7.2's
 x86 cpuinfo, and with the Pi's, XNNPACK and ruy pick their A53 kernels (which run 1.2-1.6x more
@@ -41,13 +42,11 @@ runs in.
 from __future__ import annotations
 
 import contextvars
-import fcntl
 import json
 import os
 import re
 import shutil
 import subprocess
-import time
 from contextlib import contextmanager
 from importlib import resources
 from dataclasses import asdict, dataclass
@@ -57,6 +56,7 @@ import numpy as np
 
 from edge_sdk.errors import MissingDependency, RuntimeFailure, UsageError
 from edge_sdk.qemu import build_hint
+from edge_sdk.qemu.workdir import LOCK_LOG, run_kwargs, workdir  # noqa: F401 (LOCK_LOG, workdir: re-exported)
 from edge_sdk.runtime.bundle import cache_root, ensure_bundle
 from edge_sdk.targets import CacheConfig, by_emulation_cpu
 
@@ -166,35 +166,6 @@ def runner_prefix(cpu: str) -> Path:
     return prefix
 
 
-@contextmanager
-def workdir():
-    """The one fixed directory every counted run uses (paths are part of what the guest computes)."""
-    root = cache_root() / "emulate"
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / "lock", "w") as lock:
-        asked = time.time()
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        got = time.time()
-        work = root / "work"
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir()
-        try:
-            yield work
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-            _log_lock_turn(asked, got)
-
-
-LOCK_LOG = "EDGE_SDK_LOCK_LOG"  # a file: each workdir() turn appends when it asked, got and let go of the lock
-
-
-def _log_lock_turn(asked: float, got: float) -> None:  # read by the suite's timeline (tests/suite_timeline.py)
-    if where := os.environ.get(LOCK_LOG):
-        with open(where, "a") as fh:  # one short write per line: O_APPEND keeps lines whole across processes
-            fh.write(json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", ""), "pid": os.getpid(), "asked":
-                                 round(asked, 3), "got": round(got, 3), "released": round(time.time(), 3)}) + "\n")
-
-
 def _qemu() -> str:
     q = shutil.which("qemu-aarch64")
     if q is None:
@@ -229,7 +200,8 @@ def count_once(argv: list[str], *, prefix: Path, cpu: str, work: Path, guest_env
     host_env = {"PATH": "/usr/bin:/bin", "LANG": "C"}
     with open(work / "stdout.txt", "w") as out, open(work / "stderr.txt", "w") as err:
         try:
-            proc = subprocess.run(cmd, stdout=out, stderr=err, cwd=work, env=host_env, timeout=timeout_s, check=False)
+            proc = subprocess.run(cmd, stdout=out, stderr=err, env=host_env, timeout=timeout_s, check=False,
+                                  **run_kwargs(work))
         except subprocess.TimeoutExpired as e:
             raise RuntimeFailure(f"{argv[0]} under qemu did not finish within {timeout_s:.0f} s") from e
     if proc.returncode != 0:
