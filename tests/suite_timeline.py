@@ -4,6 +4,7 @@ Off unless EDGE_SDK_TEST_TIMELINE names a folder (tests/conftest.py loads this p
 
     EDGE_SDK_TEST_TIMELINE=/tmp/tl .venv/bin/python -m pytest -q -n 2 --dist loadgroup
     .venv/bin/python tests/suite_timeline.py /tmp/tl          # the summary
+    .venv/bin/python tests/suite_timeline.py /tmp/tl --durations tests/durations.json  # tests/xdist_units.py's order
 
 Each worker (or the one process without xdist) appends a JSON line per test to FOLDER/tests-<worker>.jsonl:
 its node id, wall start and end (setup, call and teardown: a module or session fixture's build is charged to
@@ -120,5 +121,18 @@ def summary(folder: Path, top: int = 25) -> str:
     return "\n".join(out)
 
 
+def write_durations(folder: Path, out: Path) -> int:
+    """{nodeid: wall seconds} of the timeline's tests, for tests/xdist_units.py's hand-out order."""
+    tests = [t for f in sorted(folder.glob("tests-*.jsonl")) for t in _read(f)]
+    walls = {t["test"]: round(t["end"] - t["start"], 2) for t in tests}
+    out.write_text(json.dumps(walls, indent=0, sort_keys=True) + "\n")
+    return len(tests)
+
+
 if __name__ == "__main__":
-    print(summary(Path(sys.argv[1]), *(int(a) for a in sys.argv[2:3])))
+    args = sys.argv[1:]
+    if "--durations" in args:  # DIR --durations FILE: write the per-test durations instead of the summary
+        i = args.index("--durations")
+        print(f"{write_durations(Path(args[0]), Path(args[i + 1]))} tests -> {args[i + 1]}")
+    else:
+        print(summary(Path(args[0]), *(int(a) for a in args[1:2])))
