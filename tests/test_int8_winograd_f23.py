@@ -54,13 +54,15 @@ def _case(i, xs, co, padding, extreme, schedule="winograd_f23"):
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or shutil.which("qemu-aarch64") is None,
                     reason="needs g++-aarch64-linux-gnu and qemu-user")
 @pytest.mark.parametrize("schedule", ["winograd_f23", "winograd_f23/g1", "winograd_f23/g2", "winograd_f23/g3",
-                                      "winograd_f23/g1/a53", "winograd_f23/g2/a53", "winograd_f23/g3/a53", "default"])
+                                      "winograd_f23/g1/a53", "winograd_f23/g2/a53", "winograd_f23/g3/a53",
+                                      "winograd_f23/g1/a53v", "winograd_f23/g2/a53v", "winograd_f23/g3/a53v", "default"])
 def test_winograd_f23_under_qemu_equals_reference(schedule):
     """The whole-tensor stages and the blocked ones (winograd_int8_f23_blocked: V per group of G tile blocks,
     M per tile block; G = 2 and 3 leave a partial group on the 1- and 2-block cases), with the LLVM smlal step
-    or the assembly one ("/a53": winograd_int8_a53_smlal; CI 8 .. 64 covers no loop, a loop and a tail of
-    1-3 steps); "default": the rule (the 8-bit GEMM below 64 channels, the blocked Winograd with the assembly
-    step on the last case)."""
+    or the assembly ones ("/a53": winograd_int8_a53_smlal by lane over tiles, CI 8 .. 64 covers no loop, a
+    loop and a tail of 1-3 steps; "/a53v": by lane over channels, CI 8 .. 64 is 1, 2, 3, 4 and 8 channel blocks:
+    no block loop, an empty one and 1-6 turns); "default": the rule (the 8-bit GEMM below 64 channels, the
+    blocked Winograd with the channel step on the last case)."""
     # the 8-bit GEMM that "default" gives below 64 channels takes weights in [-127, 127] only (TFLite's)
     chosen = [(i, c) for i, c in enumerate(CASES) if schedule != "default" or not c[3]]
     cases = [_case(i, *c, schedule) for i, c in chosen]
@@ -96,6 +98,26 @@ def test_winograd_f23_default_groups():
     assert f23b.parse_group("winograd_f23/g7") == 7 and f23b.parse_group("winograd_f23") is None
     assert f23b.parse_group("winograd_f23/g7/a53") == 7 and f23b.parse_asm("winograd_f23/g7/a53")
     assert not f23b.parse_asm("winograd_f23/g7") and not f23b.parse_asm("winograd_f23/a53")
+    assert f23b.parse_group("winograd_f23/g2/a53v") == 2 and f23b.parse_vt("winograd_f23/g2/a53v")
+    assert not f23b.parse_vt("winograd_f23/g2/a53")
+
+
+@pytest.mark.parametrize("ci", [8, 16, 24, 64, 512])
+def test_a53_smlal_channel_step_text(ci):
+    """The by-lane-over-channels step for 16 positions: 16 x CI steps of 16 multiplies (smull at each
+    position's first), every operand after the first loaded as ldr d + ldr x + ins, 16 stores a position."""
+    from edge_sdk.compiler.int8 import winograd_int8_a53_smlal as a53s
+
+    lines = a53s.kernel_lines_cl(ci, 16)
+    # the text: position 0, the loop body of positions 1-14, position 15; each the first, the loop body of the
+    # middle and the last 8-channel block
+    assert sum(x.startswith("smull") for x in lines) == 16 * 3
+    assert sum(x.startswith(("smull", "smlal")) for x in lines) == 3 * 16 * 8 * min(ci // 8, 3)
+    assert sum(x.startswith("str q") for x in lines) == 16 * 3
+    assert sum(x.startswith("ldp q") for x in lines) == 5
+    assert not any(x.startswith("ldr q") for x in lines)
+    ldrd, ins = sum(x.startswith("ldr d") for x in lines), sum(x.startswith("ins") for x in lines)
+    assert ldrd == ins
 
 
 @pytest.mark.parametrize("ci", [1, 2, 3, 4, 5, 6, 7, 64, 65, 66, 512])

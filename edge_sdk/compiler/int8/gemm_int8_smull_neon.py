@@ -208,7 +208,7 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, pa
         return f23.conv_f23(x_shape, w_hwio, rq, geom=geom, name=name)
     if f23b.parse_group(schedule):
         return f23b.conv_f23_blocked(x_shape, w_hwio, rq, geom=geom, name=name, group=f23b.parse_group(schedule),
-                                     asm=f23b.parse_asm(schedule))
+                                     asm=f23b.parse_asm(schedule), vt=f23b.parse_vt(schedule))
     kh, kw, ci, co = w_hwio.shape
     m = x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
     npad, mp = round_up(co, NR), round_up(m, MR)

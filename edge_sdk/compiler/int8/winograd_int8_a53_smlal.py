@@ -176,3 +176,143 @@ def intrin(ci: int, npos: int = 1) -> str:
 
     TensorIntrin.register(name, desc, impl)
     return name
+
+
+# ---- channels-last V: the by-lane operand over 8 input channels (V of a tile is 8 contiguous channels) ----
+#
+# C[i, q, p, l] = sum_k A[p, k // 8, i, k % 8] * B[p, k, 4q + l]: per 8-channel block kb of position p, V_i = A[p, kb, i]
+# (v0-v7, tile i) and U_k = B[p, kb + j] (v8-v11, step j), 8 steps of 16 by-lane ops: smlal acc(2i+h) +=
+# U_j.{4h,8h} * V_i.h[j]. V in this layout is computed by channel vectors (contiguous NHWC taps, no
+# gathers). Loads: U two steps ahead (as above); V_i of the next block in the block's last step, right
+# after V_i's last use there (ldr d / ldr x / ins, each ins beside a later ldr d), V7 in the next block's first
+# step. One call: a tile block's 16 positions; positions 1-14 one loop body, a loop over the middle blocks.
+NAME_CL = "edge_a53_wino_smlal_cl"
+_VG = ("x10", "x11", "x13")  # V_i's general register: _VG[i % 3]
+
+
+def _qop_cl(j: int, u: int, first: bool, n: int) -> str:
+    i, hi = n // 2, n % 2
+    mn = ("smull" if first else "smlal") + ("2" if hi else "")
+    return f"{mn} v{16 + n}.4s, v{u}.{'8h' if hi else '4h'}, v{i}.h[{j}]"
+
+
+def _position_cl(ci: int, *, prev: bool, nxt: bool, first_call: bool, last_call: bool) -> list[str]:
+    """One position's code (pointers at the position's start: $0 its V rows, $1 its U rows)."""
+    nkb = ci // 8
+    n_it = max(0, nkb - 2)
+    out: list[str] = []
+    for kb in ([0] + ([1] if n_it else []) + ([nkb - 1] if nkb >= 2 else [])):
+        looped = n_it and kb == 1
+        adv_a = adv_b = 128 * max(0, kb - 1)
+        last_block = kb == nkb - 1
+        if looped:
+            out += [f"mov x16, #{n_it}", "2:"]
+        for j in range(8):
+            s = kb * 8 + j  # step within the position
+            u = 8 + (s % 4)
+            pre: dict[int, list[str]] = {n: [] for n in range(16)}
+            post: dict[int, list[str]] = {n: [] for n in range(16)}
+            load_u = not (last_call and last_block and j >= 6)
+            if load_u:  # U of step s + 2 (maybe the next position's first steps)
+                off = (s + 2) * 16 - adv_b
+                pre[0] += [f"ldr d{8 + (s + 2) % 4}, [$1, #{off}]"]
+                post[0] += [f"ldr x9, [$1, #{off + 8}]"]
+            if not (s == 0 and first_call) and not (last_call and s + 1 >= 8 * nkb):  # U(s + 1)'s high half
+                pre[0] += [f"ins v{8 + (s + 1) % 4}.d[1], x9"]
+            if j == 0 and not (kb == 0 and first_call):  # V7 of this block; V5, V6 of the last one's loads
+                off = kb * 128 + 7 * 16 - adv_a
+                pre[0] += [f"ldr d7, [$0, #{off}]", f"ins v5.d[1], {_VG[5 % 3]}"]
+                post[1] += [f"ldr {_VG[7 % 3]}, [$0, #{off + 8}]"]
+                pre[2] += [f"ins v6.d[1], {_VG[6 % 3]}"]
+                pre[5] += [f"ins v7.d[1], {_VG[7 % 3]}"]
+            if j == 7 and not (last_call and last_block):  # V0-V6 of the next block (maybe the next position's)
+                for i in range(7):
+                    off = ((kb + 1) * 128 if not last_block else 16 * ci) + i * 16 - adv_a
+                    pre[2 * i + 2] += [f"ldr d{i}, [$0, #{off}]"] + ([f"ins v{i - 2}.d[1], {_VG[(i - 2) % 3]}"] if i >= 2 else [])
+                    post[2 * i + 2] += [f"ldr {_VG[i % 3]}, [$0, #{off + 8}]"]
+            if j == 0 and kb == 0 and prev:  # the last position's sums, each before the smull that reuses it
+                for n in range(16):
+                    pre[n] = ([f"str q{16 + n}, [x15]"] if n % 2 == 0 else
+                              [f"str q{16 + n}, [x15, $6]", "add x15, x15, $5"]) + pre[n]
+                post[15] += ["sub x15, x15, x12"]
+            if looped and j == 7:
+                post[3] += ["add $1, $1, #128"]
+                post[13] += ["subs x16, x16, #1"]
+                post[15] += ["add $0, $0, #128"]
+            if last_block and j == 7 and nxt:
+                post[15] += [f"add $0, $0, #{16 * ci - 128 * n_it}", f"add $1, $1, #{16 * ci - 128 * n_it}"]
+            for n in range(16):
+                out += pre[n] + [_qop_cl(j, u, kb == 0 and j == 0, n)] + post[n]
+        if looped:
+            out.append("b.ne 2b")
+    return out
+
+
+def kernel_lines_cl(ci: int, npos: int = 16) -> list[str]:
+    """The asm (CI a multiple of 8, npos >= 3 positions): $0 A (V by 8-channel blocks, each 8 tiles x 8 channels
+    int16: one stream), $1 B (U, CI x 8 int16 a position), both advanced; $2 C, $5 / $6 C's tile / quad strides in bytes."""
+    assert ci % 8 == 0 and npos >= 3
+    lines = ["lsl x12, $5, #3", "sub x12, x12, #16", "mov x15, $2"]
+    lines += [f"ldp q{i}, q{i + 1}, [$0, #{i * 16}]" for i in range(0, 8, 2)] + ["ldp q8, q9, [$1]"]
+    lines += _position_cl(ci, prev=False, nxt=True, first_call=True, last_call=False)
+    lines += [f"mov x17, #{npos - 2}", "3:"]
+    lines += _position_cl(ci, prev=True, nxt=True, first_call=False, last_call=False)
+    lines += ["subs x17, x17, #1", "b.ne 3b"]
+    lines += _position_cl(ci, prev=True, nxt=False, first_call=False, last_call=True)
+    for n in range(16):
+        lines += [f"str q{16 + n}, [x15]"] if n % 2 == 0 else [f"str q{16 + n}, [x15, $6]", "add x15, x15, $5"]
+    return lines
+
+
+def llvm_ir_cl(ci: int, npos: int = 16) -> str:
+    """`i32 NAME_CL_ciN(ptr C, ptr A, ptr B, i32 s0_ints, i32 s1_ints)` as LLVM IR (kernel_lines_cl)."""
+    text = "\\0A".join(kernel_lines_cl(ci, npos))
+    clobbers = ",".join([f"~{{x{i}}}" for i in range(9, 18)] + [f"~{{v{i}}}" for i in range(32)]
+                        + ["~{memory}", "~{cc}"])
+    return (f"define i32 @{NAME_CL}_ci{ci}_p{npos}(ptr %c, ptr %a, ptr %b, i32 %s0, i32 %s1) {{\nentry:\n"
+            "  %s0b = mul i32 %s0, 4\n  %t = sext i32 %s0b to i64\n"
+            "  %s1b = mul i32 %s1, 4\n  %q = sext i32 %s1b to i64\n"
+            f"  %r = call {{ ptr, ptr }} asm sideeffect \"{text}\", \"=r,=r,r,0,1,r,r,{clobbers}\""
+            "(ptr %c, ptr %a, ptr %b, i64 %t, i64 %q)\n  ret i32 0\n}\n")
+
+
+def intrin_cl(ci: int, npos: int = 16) -> str:
+    """The tensor intrinsic (registered once): C[i, q, p, l] = sum_k A[p, k // 8, i, k % 8] * B[p, k, 4q + l]."""
+    from tvm.s_tir import TensorIntrin
+    from tvm.script import tirx as T
+
+    name = f"{NAME_CL}_ci{ci}_p{npos}"
+    if TensorIntrin.get(name, allow_missing=True) is not None:
+        return name
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        s0, s1 = T.int32(), T.int32()
+        A = T.match_buffer(a, (npos, ci // 8, 8, 8), "int16", offset_factor=1)
+        B = T.match_buffer(b, (npos, ci, 8), "int16", offset_factor=1)
+        C = T.match_buffer(c, (8, 2, npos, 4), "int32", offset_factor=1, strides=[s0, s1, 4, 1])
+        with T.sblock("root"):
+            T.reads(A[0:npos, 0:ci // 8, 0:8, 0:8], B[0:npos, 0:ci, 0:8])
+            T.writes(C[0:8, 0:2, 0:npos, 0:4])
+            for i, q, p, lane, k in T.grid(8, 2, npos, 4, ci):
+                with T.sblock("update"):
+                    vi, vq, vp, vl, vk = T.axis.remap("SSSSR", [i, q, p, lane, k])
+                    T.reads(C[vi, vq, vp, vl], A[vp, vk // 8, vi, vk % 8], B[vp, vk, vq * 4 + vl])
+                    T.writes(C[vi, vq, vp, vl])
+                    with T.init():
+                        C[vi, vq, vp, vl] = 0
+                    C[vi, vq, vp, vl] = C[vi, vq, vp, vl] + T.Cast("int32", A[vp, vk // 8, vi, vk % 8]) * T.Cast("int32", B[vp, vk, vq * 4 + vl])
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        s0, s1 = T.int32(), T.int32()
+        A = T.match_buffer(a, (npos, ci // 8, 8, 8), "int16", offset_factor=1)
+        B = T.match_buffer(b, (npos, ci, 8), "int16", offset_factor=1)
+        C = T.match_buffer(c, (8, 2, npos, 4), "int32", offset_factor=1, strides=[s0, s1, 4, 1])
+        with T.sblock("root"):
+            T.reads(A[0:npos, 0:ci // 8, 0:8, 0:8], B[0:npos, 0:ci, 0:8])
+            T.writes(C[0:8, 0:2, 0:npos, 0:4])
+            T.evaluate(T.call_extern("int32", name, C.access_ptr("w"), A.access_ptr("r"), B.access_ptr("r"), s0, s1))
+
+    TensorIntrin.register(name, desc, impl)
+    return name

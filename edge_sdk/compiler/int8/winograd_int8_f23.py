@@ -76,7 +76,9 @@ def _coef(mat: np.ndarray, row, col):
     return e
 
 
-def _input_transform(x, geom, in_zp: int, tb: int):
+def _input_transform(x, geom, in_zp: int, tb: int, *, tiles_last: bool = True, name: str = "V"):
+    """V (tb, 16, CI, TR) int16 (tiles_last) or (tb, 16, CI / 8, TR, 8) (blocks of 8 channels last, for a
+    channel-vector schedule; CI a multiple of 8)."""
     n, h, w_, ci = (int(d) for d in x.shape)
     th, tw = tiles(geom)
     pt, _, pl, _ = geom.pads
@@ -90,9 +92,12 @@ def _input_transform(x, geom, in_zp: int, tb: int):
         inside = tirx.all(yy >= 0, yy < h, xx >= 0, xx < w_)
         return tirx.Select(inside, v, tirx.const(in_zp, "int8")).astype("int32")
 
-    return te.compute((tb, 16, ci, TR), lambda b, p, k, i: te.sum(
-        (_coef(BT, p // 4, r) * _coef(BT, p % 4, c) * d(b * TR + i, r, c, k)).astype("int16"), axis=[r, c]),
-        name="V")
+    def v(b, p, k, i):
+        return te.sum((_coef(BT, p // 4, r) * _coef(BT, p % 4, c) * d(b * TR + i, r, c, k)).astype("int16"), axis=[r, c])
+
+    if tiles_last:
+        return te.compute((tb, 16, ci, TR), v, name=name)
+    return te.compute((tb, 16, ci // 8, TR, 8), lambda b, p, kb, i, kk: v(b, p, kb * 8 + kk, i), name=name)
 
 
 def conv_f23(x_shape, w_hwio: np.ndarray, rq, *, geom, name: str):

@@ -11,8 +11,11 @@ x 2 x 2 x COpad int8); one int8 copy puts out4 into the (M, COpad) pixel rows th
 x COpad int16) is read once per group: the group size trades V's footprint against U's re-reads (layer4's
 U is 8 MB): default_group.
 
-Schedule names (int8.gemm8 candidates): "winograd_f23/g<G>" (M by the LLVM smlal step) and
-"winograd_f23/g<G>/a53" (M by winograd_int8_a53_smlal's assembly step, written straight into M's layout).
+Schedule names (int8.gemm8 candidates): "winograd_f23/g<G>" (M by the LLVM smlal step),
+"winograd_f23/g<G>/a53" (M by winograd_int8_a53_smlal's assembly step, by lane over 8 tiles, written straight
+into M's layout) and, for CI a multiple of 8, "winograd_f23/g<G>/a53v" (its step by lane over 8 channels: V in
+blocks of 8 channels x 8 tiles, computed by channel vectors from contiguous NHWC taps instead of gathering a
+byte per tile; the default there).
 """
 from __future__ import annotations
 
@@ -30,22 +33,29 @@ U_ONE_GROUP_BYTES = 1 << 20  # U (16 x CI x COpad int16) above this: one group, 
 SMALL_GROUP = 2  # else: 2 tile blocks a group (priced best alone at 56x56x64 and 28x28x128)
 
 
-ASM = "a53"  # the schedule name's suffix of the assembly multiply step
+ASM = "a53"  # the schedule name's suffix of the assembly multiply step (by lane over tiles, V tiles last)
+ASM_CL = "a53v"  # ... of the one by lane over channels (V in blocks of 8 channels, by channel vectors)
 
 
-def schedule_name(group: int, asm: bool = False) -> str:
-    return f"{SCHEDULE}/g{group}" + (f"/{ASM}" if asm else "")
+def schedule_name(group: int, asm: bool | str = False) -> str:
+    """winograd_f23/g<G>, with asm True "/a53", with asm "a53v" "/a53v"."""
+    step = ASM if asm is True else asm or ""
+    return f"{SCHEDULE}/g{group}" + (f"/{step}" if step else "")
 
 
 def parse_group(schedule: str) -> int | None:
     """G of "winograd_f23/g<G>" or "winograd_f23/g<G>/a53", None for any other schedule name."""
     head, _, g = schedule.partition("/g")
-    g = g.removesuffix(f"/{ASM}")
+    g = g.removesuffix(f"/{ASM}").removesuffix(f"/{ASM_CL}")
     return int(g) if head == SCHEDULE and g.isdigit() and int(g) > 0 else None
 
 
 def parse_asm(schedule: str) -> bool:
-    return parse_group(schedule) is not None and schedule.endswith(f"/{ASM}")
+    return parse_group(schedule) is not None and schedule.endswith((f"/{ASM}", f"/{ASM_CL}"))
+
+
+def parse_vt(schedule: str) -> bool:
+    return parse_group(schedule) is not None and schedule.endswith(f"/{ASM_CL}")
 
 
 def default_group(ci: int, cop: int, n_blocks: int) -> int:
@@ -59,15 +69,19 @@ def default_group(ci: int, cop: int, n_blocks: int) -> int:
 
 
 def default_schedule(x_shape, w_shape, geom) -> str:
-    """winograd_f23/g<default_group>/a53 for a conv winograd_int8_f23.is_default names (the assembly step:
-    priced alone on pi3, 56x56x64 22.59 -> 20.53 M cycles, 28x28x128 21.28 -> 19.23, 14x14x256 21.39 -> 19.66,
-    7x7x512 22.38 -> 20.38)."""
+    """For a conv winograd_int8_f23.is_default names: with CI a multiple of 8 winograd_f23/g1/a53v (all blocks
+    where they are 1 or 2), else winograd_f23/g<default_group>/a53. Priced alone on pi3 (modelled cycles,
+    LLVM step -> /a53 (16 positions a call) -> /a53v): 56x56x64 22.59 -> 20.14 -> 18.71 (g2 18.65), 28x28x128
+    21.28 -> 19.02 -> 17.91, 14x14x256 21.39 -> 19.59 -> 18.48 (g7 20.59), 7x7x512 22.38 -> 20.39 -> 20.23."""
     _, _, ci, co = w_shape
     th, tw = tiles(geom)
-    return schedule_name(default_group(ci, round_up(co, NR), -(-x_shape[0] * th * tw // TR)), asm=True)
+    n_blocks = -(-x_shape[0] * th * tw // TR)
+    if ci % 8 == 0:
+        return schedule_name(n_blocks if n_blocks <= 2 else 1, ASM_CL)
+    return schedule_name(default_group(ci, round_up(co, NR), n_blocks), asm=True)
 
 
-def conv_f23_blocked(x_shape, w_hwio, rq, *, geom, name: str, group: int, asm: bool = False):
+def conv_f23_blocked(x_shape, w_hwio, rq, *, geom, name: str, group: int, asm: bool = False, vt: bool = False):
     """PrimFunc out (M, COpad) int8, x NHWC; returns (func, U, npad). Arguments: x, U, bias, mult, rshift."""
     _, _, ci, co = w_hwio.shape
     n = x_shape[0]
@@ -78,12 +92,17 @@ def conv_f23_blocked(x_shape, w_hwio, rq, *, geom, name: str, group: int, asm: b
     tb = round_up(tb, group)  # whole groups: the extra blocks read clamped tiles and are never copied out
     npad, m = round_up(co, NR), n * oh * ow
     x = te.placeholder(tuple(x_shape), "int8", name="x")
-    v = _input_transform(x, geom, rq.in_zp, tb)
+    cl = asm and vt and ci % 8 == 0  # V channels last, by channel vectors; the by-lane step over channels
+    v = _input_transform(x, geom, rq.in_zp, tb, tiles_last=not cl)
     up = pack_weight_f23(w_hwio)
     ut = te.placeholder(up.shape, "int16", name="u")
     bt, mt, rt_ = (te.placeholder((npad,), "int32", name=nm) for nm in ("bias", "mult", "rshift"))
     rk = te.reduce_axis((0, ci), "rk")
-    if asm:  # M itself is the reduction: the assembly step writes it
+    if cl:
+        mm = te.compute((tb * TR, npad // 4, 16, 4), lambda t, q, p, l: te.sum(
+            v[t // TR, p, rk // 8, t % TR, rk % 8].astype("int32") * ut[(q * 4 + l) // NR, p, rk, (q * 4 + l) % NR].astype("int32"),
+            axis=rk), name="M")
+    elif asm:  # M itself is the reduction: the assembly step writes it
         mm = te.compute((tb * TR, npad // 4, 16, 4), lambda t, q, p, l: te.sum(
             v[t // TR, p, rk, t % TR].astype("int32") * ut[(q * 4 + l) // NR, p, rk, (q * 4 + l) % NR].astype("int32"),
             axis=rk), name="M")
@@ -106,11 +125,11 @@ def conv_f23_blocked(x_shape, w_hwio, rq, *, geom, name: str, group: int, asm: b
 
     out = te.compute((m, npad), pixel, name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, ut, bt, mt, rt_, out]))
-    _schedule(sch, group, ci if asm else None)
+    _schedule(sch, group, ci if asm else None, cl)
     return finish(sch, name), up, npad
 
 
-def _schedule(sch, group: int, asm_ci: int | None = None) -> None:
+def _schedule(sch, group: int, asm_ci: int | None = None, vt: bool = False) -> None:
     """out4: group of tile blocks (parallel), channel block, tile block, tile, 4-channel quad, 2x2 outputs;
     V at the group, M at the tile block (the smlal 8x8 step over CI, as winograd_int8_f23, or with asm_ci
     winograd_int8_a53_smlal's assembly step for CI steps), Y at the quad."""
@@ -130,14 +149,17 @@ def _schedule(sch, group: int, asm_ci: int | None = None) -> None:
     else:
         ti2 = sch.get_loops(mb)[-5]  # (tile, quad, position, lane, CI): one call for the tile block's 16 positions
     sch.compute_at(vb, tg)  # before the tensorize: a tensorized consumer stops compute_at's region analysis
-    _schedule_v(sch, vb)
+    if vt:
+        _schedule_v_cl(sch, vb, asm_ci // 8)
+    else:
+        _schedule_v(sch, vb)
     if asm_ci is None:
         _register_intrin()
         sch.tensorize(ti2, SMLAL_8x8)
         sch.vectorize(sch.get_loops(mb)[-1])
     else:
-        sch.tensorize(ti2, a53s.intrin(asm_ci, 16))
-        sch.annotate(tg, "pragma_import_llvm", a53s.llvm_ir(asm_ci, 16))
+        sch.tensorize(ti2, (a53s.intrin_cl if vt else a53s.intrin)(asm_ci, 16))
+        sch.annotate(tg, "pragma_import_llvm", (a53s.llvm_ir_cl if vt else a53s.llvm_ir)(asm_ci, 16))
     sch.unroll(ya)
     sch.unroll(zb)
     sch.vectorize(jl)
@@ -145,6 +167,23 @@ def _schedule(sch, group: int, asm_ci: int | None = None) -> None:
     fi, fj = sch.get_loops(sch.get_sblock("out"))
     sch.parallel(fi)
     sch.vectorize(sch.split(fj, [None, NR])[1])
+
+
+def _schedule_v_cl(sch, vb, n_kb: int) -> None:
+    """V channels last (tiles x CI per position): per tile and 8-channel vector its 16 taps loaded once (NHWC:
+    contiguous) for the 16 positions, unrolled."""
+    own = sch.get_loops(vb)[1:]  # under the group loop; unit loops (one block a group, one channel block) are not there
+    if n_kb > 1:
+        b, (p, ko, i, ki, r, c) = own[:-6], own[-6:]
+        sch.reorder(*b, i, ko, r, c, p, ki)
+    else:
+        b, (p, i, ki, r, c) = own[:-5], own[-5:]
+        sch.reorder(*b, i, r, c, p, ki)
+    sch.unroll(r)
+    sch.unroll(c)
+    sch.unroll(p)
+    sch.vectorize(ki)
+    sch.decompose_reduction(vb, r)
 
 
 def _schedule_v(sch, vb) -> None:
@@ -183,4 +222,5 @@ def _candidates(workload: dict) -> list[str]:
     n_tiles = a * -(-oh // 2) * -(-ow // 2)
     if not applies(kh, kw, workload["stride"], workload["dilation"], n_tiles):
         return []
-    return [schedule_name(g, asm) for asm in (False, True) for g in groups_for(ci, round_up(co, NR), -(-n_tiles // TR))]
+    steps = (False, True, ASM_CL) if ci % 8 == 0 else (False, True)
+    return [schedule_name(g, st) for st in steps for g in groups_for(ci, round_up(co, NR), -(-n_tiles // TR))]
