@@ -33,12 +33,16 @@ _GUEST_CWD: dict[Path, Path] = {}  # a slot held now -> the path its guest sees 
 _binds: list[bool] = []  # whether this process can bind a slot (probed once)
 
 
-def _enter(slot: Path, fixed: Path) -> None:
+# resolved here, in the parent: the child between fork and exec (subprocess's preexec_fn) only calls them
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_UNSHARE, _MOUNT = _LIBC.unshare, _LIBC.mount
+
+
+def _enter(slot: bytes, fixed: bytes) -> None:
     """In the child, before exec: a private mount namespace with `slot` bind-mounted on `fixed`, cwd there."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if (libc.unshare(_CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0
-            or libc.mount(os.fsencode(slot), os.fsencode(fixed), None, _MS_BIND, None) != 0):
-        raise OSError(ctypes.get_errno(), f"cannot bind {slot} on {fixed}")
+    if (_UNSHARE(_CLONE_NEWNS) != 0 or _MOUNT(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0
+            or _MOUNT(slot, fixed, None, _MS_BIND, None) != 0):
+        raise OSError(ctypes.get_errno(), "cannot bind the run's slot on emulate/work")
     os.chdir(fixed)
 
 
@@ -51,7 +55,8 @@ def _slots(root: Path) -> int:
         probe.mkdir(exist_ok=True)
         (root / "work").mkdir(exist_ok=True)
         try:
-            subprocess.run(["true"], preexec_fn=partial(_enter, probe, root / "work"), check=True)
+            subprocess.run(["true"], preexec_fn=partial(_enter, os.fsencode(probe), os.fsencode(root / "work")),
+                           check=True)
             _binds.append(True)
         except (OSError, subprocess.SubprocessError):
             _binds.append(False)
@@ -61,7 +66,9 @@ def _slots(root: Path) -> int:
 def run_kwargs(work: Path) -> dict:
     """subprocess.run's arguments that start a guest in `work` as the guest sees it."""
     fixed = _GUEST_CWD.get(work)
-    return {"cwd": work} if fixed is None else {"cwd": work, "preexec_fn": partial(_enter, work, fixed)}
+    if fixed is None:
+        return {"cwd": work}
+    return {"cwd": work, "preexec_fn": partial(_enter, os.fsencode(work), os.fsencode(fixed))}
 
 
 def _take_slot(root: Path, n: int):
