@@ -82,7 +82,7 @@ def summary(folder: Path, top: int = 25) -> str:
     t0 = min(t["start"] for t in tests)
     t1 = max(t["end"] for t in tests)
     for t in tests:  # the lock waits and holds of the test's worker during the test
-        mine = [u for u in turns if u["worker"] == t["worker"]]
+        mine = [u for u in turns if (u["worker"] or "main") == t["worker"]]  # "": no xdist
         t["lock_wait"] = sum(_overlap(u["asked"], u["got"], t["start"], t["end"]) for u in mine)
         t["lock_held"] = sum(_overlap(u["got"], u["released"], t["start"], t["end"]) for u in mine)
         t["wall"] = t["end"] - t["start"]
