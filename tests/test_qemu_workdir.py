@@ -51,3 +51,24 @@ def test_a_second_slot_sees_the_same_cwd_and_counts_the_same(tmp_path, monkeypat
     assert two[2] == fixed.parent / "slot1"  # the host side used slot 1 ...
     assert two[:2] == one[:2]  # ... and its guest saw emulate/work and ran as many instructions
     assert not any(fixed.iterdir())  # the mount stayed in the run's namespace
+
+
+@pytest.mark.qemu
+def test_a_slot_run_under_a_cache_root_the_probe_never_saw(tmp_path, monkeypatch):
+    """The probe runs once a process; a later run under another cache root (a test's private EDGE_SDK_CACHE, as
+    tests/test_tune_modelled.py sets) still has its emulate/work to bind on (it failed: preexec_fn, ENOENT)."""
+    if shutil.which("qemu-aarch64") is None or shutil.which("aarch64-linux-gnu-gcc") is None:
+        pytest.skip("needs qemu-user and gcc-aarch64-linux-gnu")
+    if os.geteuid() != 0:
+        pytest.skip("slots need root (mount namespaces)")
+    exe = tmp_path / "cwd"
+    (tmp_path / "cwd.c").write_text(CWD_C)
+    subprocess.run(["aarch64-linux-gnu-gcc", "-O1", str(tmp_path / "cwd.c"), "-o", str(exe)], check=True)
+    monkeypatch.setenv(W.SLOTS_ENV, "2")
+    W._binds.clear()
+    monkeypatch.setattr(W, "cache_root", lambda: tmp_path / "first")
+    _count(exe)
+    assert W._binds == [True]  # probed under the first root
+    monkeypatch.setattr(W, "cache_root", lambda: tmp_path / "second")
+    n, cwd, work = _count(exe)
+    assert cwd == str(tmp_path / "second" / "emulate" / "work") and work.name.startswith("slot")

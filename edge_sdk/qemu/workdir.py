@@ -99,6 +99,9 @@ def workdir():
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
         if i is not None:
+            # the bind's target: made here, not only by the probe (once a process), since the cache root can
+            # change between runs of one process (a test's private EDGE_SDK_CACHE; the bind then failed ENOENT)
+            (root / "work").mkdir(exist_ok=True)
             _GUEST_CWD[work] = root / "work"
         try:
             yield work
