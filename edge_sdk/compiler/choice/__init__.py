@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import importlib
 import json
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -64,6 +65,24 @@ import numpy as np
 DEFAULT = "default"
 
 _CANDIDATES: dict[str, list[Callable[[dict], list[str]]]] = {}
+
+# Every module that registers candidates (tests/test_choice_providers.py checks the list against the source):
+# candidates() imports them first, so a family's list never depends on which kernels the caller happened to
+# import (the int8 Winograd schedules were missing from int8.gemm8 unless compiler/int8/kernels was loaded).
+PROVIDERS = (
+    "edge_sdk.compiler.choice.families", "edge_sdk.compiler.choice.int8", "edge_sdk.compiler.ops.conv2d",
+    "edge_sdk.compiler.ops.depthwise", "edge_sdk.compiler.int8.winograd_int8_f23",
+    "edge_sdk.compiler.int8.winograd_int8_f23_blocked",
+)
+_loaded = False
+
+
+def _load_providers() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for name in PROVIDERS:
+            importlib.import_module(name)
 
 
 def register_candidates(family: str):
@@ -76,6 +95,7 @@ def register_candidates(family: str):
 
 def candidates(family: str, workload: dict) -> list[str]:
     """"default" then every registered schedule name for this workload, each once."""
+    _load_providers()
     names = [DEFAULT]
     for fn in _CANDIDATES.get(family, []):
         names += [n for n in fn(workload) if n not in names]
@@ -83,6 +103,7 @@ def candidates(family: str, workload: dict) -> list[str]:
 
 
 def family_names() -> list[str]:
+    _load_providers()
     return sorted(_CANDIDATES)
 
 
