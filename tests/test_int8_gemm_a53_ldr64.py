@@ -22,7 +22,10 @@ CASES = [
     ((1, 3, 3, 512), 16, (1, 1), (1, 1), "VALID", "rows_outer/ldr64"),    # 32 blocks: 15 loop iterations
     ((1, 6, 7, 16), 12, (3, 3), (2, 2), "SAME", "rows_outer/ldr64"),      # 3x3 stride 2, padding taps, 9 blocks
     ((1, 20, 18, 3), 12, (7, 7), (2, 2), "SAME", "rows_outer/ldr64"),     # the 7x7x3 stem's pre-padded rows
+    ((1, 5, 6, 24), 8, (1, 1), (1, 1), "VALID", "rows_outer/ldr64"),      # half tail, 2 blocks: no loop
+    ((1, 4, 7, 72), 12, (1, 1), (1, 1), "VALID", "weights_outer/ldr64"),  # half tail after the loop, 5 blocks
 ]
+HALF_TAIL = {8, 9, 10}  # the cases whose last block's high half is zero weights: the smull-only last step
 
 
 def _case(i, xs, co, kk, stride, padding, schedule):
@@ -52,10 +55,20 @@ def _case(i, xs, co, kk, stride, padding, schedule):
     return x, k, q8.conv2d(x, w, bias, rq, win)
 
 
-def _calls_tile(func) -> bool:
+def _calls_tile(func, half_tail: bool = False) -> bool:
     from edge_sdk.compiler.int8 import gemm_int8_a53_ldr64 as a53
 
-    return a53.NAME in func.body.script()
+    text = func.body.script()
+    return a53.NAME in text and any(f"{a53.NAME}_nb{nb}h" in text for nb in range(2, 64)) == half_tail
+
+
+def _unrolled(lines: list[str]) -> list[str]:
+    """The kernel's lines with its two-step loop body repeated as often as it runs."""
+    counts = [int(x.split("#")[1]) for x in lines if x.startswith("mov x13, #")]  # the loop's iterations
+    if not counts:
+        return lines
+    body = lines[lines.index("1:") + 1:lines.index("b.ne 1b")]
+    return lines[:lines.index("1:")] + body * counts[0] + lines[lines.index("b.ne 1b") + 1:]
 
 
 @pytest.mark.qemu
@@ -63,8 +76,8 @@ def _calls_tile(func) -> bool:
                     reason="needs g++-aarch64-linux-gnu and qemu-user")
 def test_a53_ldr64_tile_under_qemu_equals_reference():
     cases = [_case(i, *c) for i, c in enumerate(CASES)]
-    for _, k, _ in cases:
-        assert _calls_tile(k.func) and k.consts[0].dtype == np.int8  # the assembly tile on int8 weights
+    for i, (_, k, _) in enumerate(cases):
+        assert _calls_tile(k.func, i in HALF_TAIL) and k.consts[0].dtype == np.int8  # the tile on int8 weights
     out = _run_pi3([k for _, k, _ in cases], [x for x, _, _ in cases])
     at = 0
     for case, (_, k, ref) in zip(CASES, cases):
@@ -81,19 +94,29 @@ def test_a53_ldr64_tile_text_follows_ncnn_load_pattern(nb):
     accumulate ops a step, the first step's accumulates without an addend (saddlp)."""
     from edge_sdk.compiler.int8 import gemm_int8_a53_ldr64 as a53
 
-    lines = a53.kernel_lines(nb)
-    counts = [int(x.split("#")[1]) for x in lines if x.startswith("mov x13, #")]  # the loop's iterations
-    if counts:
-        n_loop = counts[0]
-        body = lines[lines.index("1:") + 1:lines.index("b.ne 1b")]
-        lines = lines[:lines.index("1:")] + body * n_loop + lines[lines.index("b.ne 1b") + 1:]
+    lines = _unrolled(a53.kernel_lines(nb))
     ops = [x.split()[0] for x in lines]
     assert ops.count("smull") == ops.count("smlal2") == 16 * nb
     assert ops.count("saddlp") == 16 and ops.count("sadalp") == 16 * (nb - 1)
-    assert ops.count("ldr") == 16 * (nb - 1) + 4  # ldr d + ldr x per operand of steps 1.., C's 4 rows
+    assert ops.count("ldr") == 16 * (nb - 1)  # ldr d + ldr x per operand of steps 1.. (C stored, never read)
+    assert ops.count("str") == 4 and not [x for x in lines if x.startswith("add v")]
     assert sum(x.startswith("ldr d") for x in lines) == ops.count("ins") == 8 * (nb - 1)
     steps = lines[4:-len(a53._reduce_store())]  # after step 0's ldp q, before the lane sums
     assert not [x for x in steps if x.startswith(("ldr q", "ldp q", "ld1"))]
+
+
+@pytest.mark.parametrize("nb", [2, 3, 5, 11, 36])
+def test_a53_ldr64_half_tail_drops_the_last_steps_high_halves(nb):
+    """The half tail: the last step is smull alone (no smlal2), its operands' high halves never loaded (no ldr x
+    or ins past the loop for them); every other step as before."""
+    from edge_sdk.compiler.int8 import gemm_int8_a53_ldr64 as a53
+
+    full, half = _unrolled(a53.kernel_lines(nb)), _unrolled(a53.kernel_lines(nb, half_tail=True))
+    ops = [x.split()[0] for x in half]
+    assert ops.count("smull") == 16 * nb and ops.count("smlal2") == 16 * (nb - 1)
+    assert ops.count("saddlp") + ops.count("sadalp") == 16 * nb
+    assert ops.count("ins") < [x.split()[0] for x in full].count("ins")
+    assert a53.func_name(nb, True) == f"{a53.NAME}_nb{nb}h" and a53.func_name(nb) == f"{a53.NAME}_nb{nb}"
 
 
 def test_ldr64_is_a_gemm8_candidate_beside_the_llvm_steps():

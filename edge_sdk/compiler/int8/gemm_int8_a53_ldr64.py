@@ -1,8 +1,12 @@
 """The 8-bit int8 4x4x16 GEMM tile for the Cortex-A53 in A64 assembly: ncnn's A53 operand loads.
 
-C[4, 4] += sum over NB 16-byte blocks of A[b, i, :] . W[b, j, :] (int8, dot products in int32): A a
+C[4, 4] = sum over NB 16-byte blocks of A[b, i, :] . W[b, j, :] (int8, dot products in int32): A a
 packed row tile (4 pixels' 16-byte blocks per step, gemm_int8_smull_neon's a8), W a packed weight panel
-(4 channels' blocks per step, its pack_weight8), C the tile's 4x4 int32 sums (row stride given). Per
+(4 channels' blocks per step, its pack_weight8), C the tile's 4x4 int32 sums (row stride given). C is
+stored, not added to: the tensor intrinsic's description says C +=, which is the same on the zeroed C
+the only caller's schedule writes just before its one call per tile (gemm_int8_smull_neon._tensorize_asm:
+decompose_reduction at the block loop, the whole reduction in the call); a C round trip (ldr q, add: a
+vector load beside no NEON op and a load-use chain per row) gone from every tile. Per
 16-deep step and (pixel i, channel j) pair: `smull t, a.8b, w.8b; smlal2 t, a.16b, w.16b` (8 int16
 lanes, two products each: weights in [-127, 127]) and `sadalp acc, t` (the first step `saddlp`: no
 zeroing); 16 accumulators v16-v31, 4 temporaries v12-v15, A's rows in v8-v11 (each reloaded once its
@@ -35,13 +39,14 @@ def _acc(p: int) -> int:
     return 16 + p % 16
 
 
-def _qops(s: int, nq: int) -> list[str]:
+def _qops(s: int, nq: int, half_from: int | None = None) -> list[str]:
     """The NEON ops of slot s (nq pairs in all): pair s-4's accumulate, pair s-2's smlal2, pair s's smull.
     Two slots (~7 cycles) between a pair's ops: GCC's neon_mul latency is 4, LLVM's A53 model says 6; the
-    accumulate first, so smull s may take the temporary it frees."""
+    accumulate first, so smull s may take the temporary it frees. Pairs from half_from on (the last step
+    of a half tail) have no smlal2."""
     out = []
     for p, kind in ((s - 4, "acc"), (s - 2, "smlal2"), (s, "smull")):
-        if not 0 <= p < nq:
+        if not 0 <= p < nq or (kind == "smlal2" and half_from is not None and p >= half_from):
             continue
         i, w, t = p % 16 // 4, _W[p // 16 % 2][p % 4], f"v{_T[p % 4]}"
         if kind == "smull":
@@ -68,22 +73,29 @@ def _loads(nb: int) -> dict[int, tuple[int, str, int]]:
     return out
 
 
-def _slot(s: int, nq: int, load, seq: int, advance: int, pending: list, last_load: int) -> tuple[list, list]:
+def _slot(s: int, nq: int, load, seq: int, advance: int, pending: list, last_load: int,
+          half_from: int | None = None) -> tuple[list, list]:
     """Slot s's lines (its NEON ops, its load if any, beside the previous load's ins: each ins waits for the
-    next `ldr d` to pair with, or the slot after the last load); returns (lines, pending)."""
-    q = _qops(s, nq)
+    next `ldr d` to pair with, or the slot after the last load); returns (lines, pending). A load of the
+    half tail's step (offset in its last 64 bytes) is the `ldr d` alone: smull reads only the low half."""
+    q = _qops(s, nq, half_from)
     if load is None:
         return (pending + q, []) if s > last_load else (q, pending)
     v, ptr, off = load
     g = _GPR[seq % 4]
+    if half_from is not None and off >= half_from * 4:
+        return [f"ldr d{v}, [{ptr}, #{off - advance}]", *pending, *q], []
     off -= advance
     lines = [f"ldr d{v}, [{ptr}, #{off}]", *pending, *q[:1], f"ldr {g}, [{ptr}, #{off + 8}]", *q[1:]]
     return lines, [f"ins v{v}.d[1], {g}"]
 
 
-def kernel_lines(nb: int) -> list[str]:
-    """The asm for NB 16-byte blocks: $0 A, $1 W (both advanced), $2 C, $3 C's row stride in bytes."""
+def kernel_lines(nb: int, half_tail: bool = False) -> list[str]:
+    """The asm for NB 16-byte blocks: $0 A, $1 W (both advanced), $2 C, $3 C's row stride in bytes.
+    half_tail: the last block's bytes 8..15 are zero weights (the 7x7x3 stem's 21 halves of 8 bytes in 11
+    blocks): its step is smull alone, 16 smlal2 and 8 operand-high loads fewer (exact: those products are 0)."""
     nq, loads = 16 * nb, _loads(nb)
+    half = 16 * (nb - 1) if half_tail and nb >= 2 else None
     order = sorted(loads) or [-1]
     seq = {s: n for n, s in enumerate(order)}
     n_loop = _loop_count(nb, loads)
@@ -92,7 +104,7 @@ def kernel_lines(nb: int) -> list[str]:
     end = nq + 4
     head_end = _HEAD if n_loop else end
     for s in range(head_end):
-        out, pending = _slot(s, nq, loads.get(s), seq.get(s, 0), 0, pending, order[-1])
+        out, pending = _slot(s, nq, loads.get(s), seq.get(s, 0), 0, pending, order[-1], half)
         lines += out
     if n_loop:
         entry = list(pending)
@@ -105,7 +117,7 @@ def kernel_lines(nb: int) -> list[str]:
         lines += ["add $0, $0, #128", "add $1, $1, #128", "subs x13, x13, #1", "b.ne 1b"]
         adv = 128 * n_loop
         for s in range(_HEAD + 32 * n_loop, end):
-            out, pending = _slot(s, nq, loads.get(s), seq.get(s, 0), adv, pending, order[-1])
+            out, pending = _slot(s, nq, loads.get(s), seq.get(s, 0), adv, pending, order[-1], half)
             lines += out
     lines += pending
     return lines + _reduce_store()
@@ -121,7 +133,7 @@ def _loop_count(nb: int, loads: dict) -> int:
 
 
 def _reduce_store() -> list[str]:
-    """Each row's 4 accumulators -> its 4 channel sums (addp twice), added to C's row and stored."""
+    """Each row's 4 accumulators -> its 4 channel sums (addp twice), stored as C's row (module doc: not added)."""
     out = []
     for i in range(4):
         a = [16 + 4 * i + j for j in range(4)]
@@ -129,28 +141,34 @@ def _reduce_store() -> list[str]:
     out.append("mov x14, $2")
     for i in range(4):
         a = 16 + 4 * i
-        out += [f"addp v{a}.4s, v{a}.4s, v{a + 2}.4s", f"ldr q{i}, [x14]", f"add v{i}.4s, v{i}.4s, v{a}.4s",
-                f"str q{i}, [x14]", "add x14, x14, $3"]
+        out += [f"addp v{a}.4s, v{a}.4s, v{a + 2}.4s", f"str q{a}, [x14]", "add x14, x14, $3"]
     return out
 
 
-def llvm_ir(nb: int) -> str:
+def func_name(nb: int, half_tail: bool = False) -> str:
+    """The kernel's symbol (and tensor intrinsic's name) for one NB, "h" for a half tail."""
+    return f"{NAME}_nb{nb}{'h' if half_tail and nb >= 2 else ''}"
+
+
+def llvm_ir(nb: int, half_tail: bool = False) -> str:
     """`i32 NAME_nbN(ptr C, ptr A, ptr W, i32 c_stride_ints)`: the kernel for one NB as LLVM IR."""
-    text = "\\0A".join(kernel_lines(nb))
+    text = "\\0A".join(kernel_lines(nb, half_tail))
     clobbers = ",".join([f"~{{x{i}}}" for i in (9, 10, 11, 12, 13, 14)] + [f"~{{v{i}}}" for i in range(32)]
                         + ["~{memory}", "~{cc}"])
-    return (f"define i32 @{NAME}_nb{nb}(ptr %c, ptr %a, ptr %w, i32 %ldc) {{\nentry:\n"
+    return (f"define i32 @{func_name(nb, half_tail)}(ptr %c, ptr %a, ptr %w, i32 %ldc) {{\nentry:\n"
             "  %ldc4 = mul i32 %ldc, 4\n  %s = sext i32 %ldc4 to i64\n"
             f"  %r = call {{ ptr, ptr }} asm sideeffect \"{text}\", \"=r,=r,r,r,0,1,{clobbers}\""
             "(ptr %c, i64 %s, ptr %a, ptr %w)\n  ret i32 0\n}\n")
 
 
-def intrin(nb: int) -> str:
-    """The tensor intrinsic for one NB (registered once): C[i, j] += sum_{b, t} A[b, i, t] * W[b, j, t]."""
+def intrin(nb: int, half_tail: bool = False) -> str:
+    """The tensor intrinsic for one NB (registered once): C[i, j] += sum_{b, t} A[b, i, t] * W[b, j, t] (the
+    kernel stores the sum: the module doc says why that is the same where it is used).
+    half_tail: the same description, valid only where W[nb - 1, :, 8:] is zero (the caller checks)."""
     from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
 
-    name = f"{NAME}_nb{nb}"
+    name = func_name(nb, half_tail)
     if TensorIntrin.get(name, allow_missing=True) is not None:
         return name
 

@@ -233,9 +233,11 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, pa
         fp.mbqm32_neon(biased[i, j], mt[j], rt_[j]) + tirx.const(rq.out_zp, "int32"), lo, hi), name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
     # a row's taps are slices of x (the bounds and tail guards do not depend on c: TVM keeps them a branch)
+    # the stem's rows (7 x 3 halves in 11 blocks): the last block's high half is zero weights, a smull-only step
+    half_tail = asm and nb >= 2 and not wp[:, -1, :, rows8.HALF:].any()
     _schedule(sch, m=m, npad=npad, plain_copy=plain, red_b=nb,
               weights_outer=None if schedule == "default" else order == "weights_outer", notmp=step == "notmp",
-              asm=asm)
+              asm=asm, half_tail=half_tail)
     return finish(sch, name), wp, npad
 
 
@@ -261,7 +263,7 @@ def _acc_sums(a8, wt, nb: int, mp: int, npad: int):
 
 
 def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int, weights_outer: bool | None = None,
-              notmp: bool = False, asm: bool = False) -> None:
+              notmp: bool = False, asm: bool = False, half_tail: bool = False) -> None:
     """Row tiles x channel tiles (the bigger operand's panel outer), A's rows copied per row tile, the
     4x4x16 step tensorized under the reduction loops, the lane sums and requantize vectorized over 4."""
     ab, cb, bb, ob = (sch.get_sblock(n) for n in ("a8", "acc", "biased", "out"))
@@ -293,7 +295,7 @@ def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int, wei
     sch.unroll(mi)
     sch.vectorize(ni)
     if asm:
-        _tensorize_asm(sch, cb, red_b, outer[0])
+        _tensorize_asm(sch, cb, red_b, outer[0], half_tail)
         return
     loops = list(sch.get_loops(cb)[2:])  # mi, ni, lane, rb, rh, rp (a unit rb dropped)
     ci_, cj, cl = loops[:3]
@@ -321,9 +323,10 @@ def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int, wei
 
 
 
-def _tensorize_asm(sch, cb, red_b: int, outer_loop) -> None:
+def _tensorize_asm(sch, cb, red_b: int, outer_loop, half_tail: bool = False) -> None:
     """The accumulator block's (4 pixels, 4 channels, NB, 16) nest as one call of the assembly tile
-    (gemm_int8_a53_ldr64, all NB blocks), its zeroing vectorized; the tile's IR linked at `outer_loop`."""
+    (gemm_int8_a53_ldr64, all NB blocks; half_tail: the last block's high half is zero weights), its
+    zeroing vectorized; the tile's IR linked at `outer_loop`."""
     loops = sch.get_loops(cb)[2:]  # mi, ni, (rb: dropped when one block), rt
     rb = loops[0]
     if red_b > 1:
@@ -331,5 +334,5 @@ def _tensorize_asm(sch, cb, red_b: int, outer_loop) -> None:
         sch.reorder(rb, ci_, cj, rt)
     sch.decompose_reduction(cb, rb)
     sch.vectorize(sch.get_loops(sch.get_sblock("acc_init"))[-1])
-    sch.tensorize(rb, a53.intrin(red_b))
-    sch.annotate(outer_loop, "pragma_import_llvm", a53.llvm_ir(red_b))
+    sch.tensorize(rb, a53.intrin(red_b, half_tail))
+    sch.annotate(outer_loop, "pragma_import_llvm", a53.llvm_ir(red_b, half_tail))
