@@ -90,10 +90,10 @@ def _registry_links() -> list[tuple[str, str]]:
     """The op registry's "module:function" names (graph/ops), each an import by the module that resolves it:
     they are strings because graph/ sits below the layers holding the code, so only this makes them edges."""
     from edge_sdk.graph import ops
-    from edge_sdk.graph.ops import float_act, float_custom, lce
+    from edge_sdk.graph.ops import float_act, float_custom, float_ops, lce
 
     custom = [(float_custom.RESOLVED_BY["convert"], d.convert) for d in float_custom.CUSTOM.values()]
-    return ops.links() + float_act.links() + lce.links() + custom
+    return ops.links() + float_act.links() + float_ops.links() + lce.links() + custom
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from edge_sdk.graph import ops as registry
-from edge_sdk.graph.ops import float_act, lce as lce_registry
+from edge_sdk.graph.ops import float_act, float_ops, lce as lce_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,11 +86,11 @@ def test_the_resolvers_resolve_and_the_architecture_test_counts_their_names():
     finally:
         sys.path.remove(str(ROOT / "tests"))
     graph = arch._graph()
-    for reg in (registry, float_act, lce_registry):
+    for reg in (registry, float_act, float_ops, lce_registry):
         for field, resolvers in reg.RESOLVED_BY.items():
             for resolver in resolvers:
                 assert "registry.resolve(" in inspect.getsource(importlib.import_module(resolver)), (field, resolver)
-    for resolver, name in registry.links() + float_act.links() + lce_registry.links():
+    for resolver, name in registry.links() + float_act.links() + float_ops.links() + lce_registry.links():
         target = name.partition(":")[0]
         assert target == resolver or target in graph[resolver], (resolver, name)
 

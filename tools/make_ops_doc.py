@@ -69,13 +69,34 @@ def _onnx() -> dict[str, list[int]]:
     return out
 
 
-def _reference_ops() -> list[str]:
-    """The Relax ops relax_ref evaluates: those it names, and the activations' (graph/ops/float_act) it looks up."""
-    from edge_sdk.graph.ops import float_act
-    from edge_sdk.quant import relax_ref
+def _mark(names, tested: set[str]) -> str:
+    return ", ".join(f"{n}{' *' if n in tested else ''}" for n in names)
 
-    named = set(re.findall(r'"(relax\.[a-z0-9_.]+)"', inspect.getsource(relax_ref)))
-    return sorted(named | {d.relax_op for d in float_act.ACTS.values() if d.relax_op})
+
+def _reference_ops() -> list[str]:
+    """The Relax ops relax_ref evaluates: the float ops' (graph/ops/float_ops) and the activations' (float_act)."""
+    from edge_sdk.graph.ops import float_act, float_ops
+
+    return sorted(set(float_ops.FLOAT_OPS) | {d.relax_op for d in float_act.ACTS.values() if d.relax_op})
+
+
+def _float_ops(tested: dict[str, set[str]]) -> list[str]:
+    """The float Relax ops (edge_sdk.graph.ops.float_ops), one row each."""
+    from edge_sdk.graph.ops import float_ops
+
+    def mark(names, kind):
+        return _mark(names, tested[kind])
+
+    rows = []
+    for d in float_ops.FLOAT_OPS.values():
+        ours = f"`{_short(d.kernel or d.legalize)}`" if d.kernel or d.legalize else "TVM's legalization (TOPI)"
+        rows.append(f"| {d.relax_op} | {mark(d.tflite, 'tflite')} | {mark(d.onnx, 'onnx')} | `{_short(d.reference)}` | "
+                    f"{ours} | {d.doc} |")
+    return ["Each float op is one entry in `edge_sdk/graph/ops/float_ops.py`, which ties the file ops the Relax",
+            "frontends import as it, the numpy reference (quant/relax_ref.py dispatches to it; any op without an",
+            "entry is an error naming it) and our kernel (the float rewriter's planner, compiler/ops/fuse.py, or a",
+            "legalization, compiler/lower.py; else TVM's own); a new op is one entry there plus its numpy body:", "",
+            "| Relax op | .tflite | ONNX | numpy reference | kernel | |", "|---|---|---|---|---|---|", *rows, ""]
 
 
 def _cols(items, tested: set[str], width: int = 6) -> list[str]:
@@ -131,7 +152,7 @@ def _float_acts(tested: dict[str, set[str]]) -> list[str]:
     from edge_sdk.graph.ops import float_act
 
     def mark(names, kind):
-        return ", ".join(f"{n}{' *' if n in tested[kind] else ''}" for n in names)
+        return _mark(names, tested[kind])
 
     rows = []
     for d in float_act.ACTS.values():
@@ -194,6 +215,7 @@ def render() -> str:
                      sorted(onnx.items())], {f"{k}" for k in tested["onnx"]}), "",
              "The golden output of an ONNX model comes from our numpy reference, which evaluates these Relax ops",
              "(a graph with any other is an error naming it):", "", hdr, *_cols(_reference_ops(), set()), "",
+             *_float_ops(tested),
              "## bitserial (w1a1, w1a2, w2a2 ...)", "",
              "The zoo's binarized ResNet18 / MobileNet (first and last layer in higher precision), and Larq",
              f"Compute Engine .tflite files with {', '.join(LCE_OPS)} (w1a1).", "", *_lce(tested["lce"])]

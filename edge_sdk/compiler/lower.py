@@ -201,11 +201,14 @@ def unscheduled_heavy_ops(mod: tvm.IRModule) -> list[str]:
 
 
 def _custom_legalize(tvm_target) -> dict:
-    """Ops outside KernelRewriter's chains that still get a scheduled kernel (ops/resize.py: bilinear resize)."""
-    from edge_sdk.compiler.ops import resize
+    """Ops outside KernelRewriter's chains that still get a scheduled kernel: graph/ops/float_ops entries with a
+    `legalize` (ops/resize.py: bilinear resize)."""
     from edge_sdk.compiler.ops.common import simd_of
+    from edge_sdk.graph import ops as registry
+    from edge_sdk.graph.ops import float_ops
 
-    return {"relax.image.resize2d": resize.legalize(simd_of(tvm_target))}
+    simd = simd_of(tvm_target)
+    return {op: registry.resolve(name)(simd) for op, name in float_ops.with_legalize().items()}
 
 
 def _pad_channels(mod, tvm_target):

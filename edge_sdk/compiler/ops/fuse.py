@@ -23,6 +23,8 @@ from edge_sdk.compiler.ops.common import Epilogue, Simd, round_up
 from edge_sdk.compiler.ops.depthwise import depthwise_conv2d
 from edge_sdk.compiler.ops.pool import pool2d
 from edge_sdk.compiler.ops.weight_transform import TRANSFORM_PREFIX, winograd_weight
+from edge_sdk.graph import ops as registry
+from edge_sdk.graph.ops import float_ops
 
 @mutator
 class KernelRewriter(PyExprMutator):
@@ -50,19 +52,14 @@ class KernelRewriter(PyExprMutator):
 
     # -- planning -----------------------------------------------------------------------------
     def _plan(self, graph: Graph, var, call) -> None:
-        op = call.op.name
-        if op == "relax.nn.conv2d":
-            head = self._conv_head(graph, call)
-        elif op == "relax.matmul":
-            head = self._dense_head(graph, call)
-        elif op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.mean"):
-            head = self._pool_head(call)
-            if head is not None:
-                self.plans[var] = ({**head, "layer": var.name}, None)
+        d = float_ops.of(call.op.name)  # the op's registry entry names the planner of our kernel for it
+        if d is None or not d.kernel:
             return
-        else:
-            return
+        head = registry.resolve(d.kernel)(self, graph, call)
         if head is None:
+            return
+        if head["kind"] == "pool":
+            self.plans[var] = ({**head, "layer": var.name}, None)
             return
         head["layer"] = var.name  # the layer table's row name (layers.py names rows by the op's binding)
         out_shape = shape_of(call)
@@ -326,3 +323,16 @@ class KernelRewriter(PyExprMutator):
         if cpad != cout:
             out = relax.op.strided_slice(out, [3], [0], [cout])
         return out
+
+
+# the planners graph/ops/float_ops.py names as each op's `kernel`: f(rewriter, graph, call) -> plan | None
+def plan_conv(rw: KernelRewriter, graph: Graph, call):
+    return rw._conv_head(graph, call)
+
+
+def plan_dense(rw: KernelRewriter, graph: Graph, call):
+    return rw._dense_head(graph, call)
+
+
+def plan_pool(rw: KernelRewriter, graph: Graph, call):
+    return rw._pool_head(call)
