@@ -126,6 +126,71 @@ def test_selection_keeps_direct_where_winograd_does_not_apply():
     assert wg.choose_m(simd, (1, 56, 56, 64), (3, 3), (1, 1), 64) in (2, 4)
 
 
+def _fer_conv_site(simd):
+    """fer's emotion classifier's 3x3 8 -> 8 conv at 62x62, VALID, ReLU (families.conv_site, seeded weights)."""
+    from edge_sdk.compiler.choice import families
+
+    w = (RNG.standard_normal((3, 3, 8, 8)) / np.sqrt(72)).astype("float32")
+    return families.conv_site(simd, (1, 62, 62, 8), w, (1, 1), VALID, RNG.standard_normal(8).astype("float32"),
+                              Epilogue(("relu",)), layer="fer_conv")
+
+
+def test_a53_rule_follows_the_l2_and_the_channel_bound(monkeypatch):
+    """pi3: direct below 16 channels (fer's conv); F(4x4) while its V + M fit the target table's L2, or from 32
+    channels on (ResNet18's layers); with a larger L2 in the table the 16-channel 56x56 conv takes F(4x4) too."""
+    from edge_sdk.targets import CacheConfig
+
+    simd, host = (simd_of(get_target(t).tvm_target()) for t in ("pi3", "host"))
+    assert wg.choose_m(simd, (1, 62, 62, 8), (3, 3), (1, 1), 8, pad=VALID) is None  # fer: 8 channels
+    assert wg.choose_m(simd, (1, 28, 28, 8), (3, 3), (1, 1), 8) is None
+    for hw, c, m in ((56, 64, 4), (28, 128, 4), (14, 256, 4), (7, 512, 2)):  # ResNet18's 3x3 stride-1 convs
+        assert wg.choose_m(simd, (1, hw, hw, c), (3, 3), (1, 1), c) == m, (hw, c)
+    l2 = CacheConfig().l2_bytes
+    assert wg.working_set_bytes(4, (28, 28), 16, 16) <= l2 < wg.working_set_bytes(4, (56, 56), 16, 16)
+    assert wg.choose_m(simd, (1, 28, 28, 16), (3, 3), (1, 1), 16) == 4
+    assert wg.choose_m(simd, (1, 56, 56, 16), (3, 3), (1, 1), 16) is None
+    assert wg.working_set_bytes(4, (56, 56), 32, 32) > l2 and wg.choose_m(simd, (1, 56, 56, 32), (3, 3), (1, 1), 32) == 4
+    # the working set is the output's tiles: 58x58 VALID -> 56x56 out (903 KB), 30x30 VALID -> 28x28 (226 KB)
+    assert wg.choose_m(simd, (1, 58, 58, 16), (3, 3), (1, 1), 16, pad=VALID) is None
+    assert wg.choose_m(simd, (1, 30, 30, 16), (3, 3), (1, 1), 16, pad=VALID) == 4
+    assert wg.choose_m(host, (1, 62, 62, 8), (3, 3), (1, 1), 8, pad=VALID) == 4  # x86: its measured table as is
+    monkeypatch.setitem(wg._WORKING_SET_BYTES, "neon", 2 * l2)
+    assert wg.choose_m(simd, (1, 56, 56, 16), (3, 3), (1, 1), 16) == 4
+
+
+def test_fer_conv_default_on_pi3_is_direct_and_matches_numpy_on_host():
+    """The pi3 default for fer's conv is the direct conv (its weights, not Winograd's U), and that kernel, compiled for
+    the host, matches the float64 numpy conv."""
+    from edge_sdk.compiler.choice import families
+    from edge_sdk.compiler.ops.common import WORKLOAD_ATTR
+
+    site = _fer_conv_site(simd_of(get_target("pi3").tvm_target()))
+    assert families.conv_plan(simd_of(get_target("pi3").tvm_target()), (1, 62, 62, 8), (3, 3), (1, 1), VALID, 8,
+                              "default") == (None, "default")
+    acts = site.random_acts(0)
+    built = site.build("default", "t_fer", acts)
+    assert built.args[1].shape == (1, 3, 3, 8, 8)  # the direct conv's packed weights, not Winograd's U (6, 6, ...)
+    func = built.func.without_attr(WORKLOAD_ATTR) if WORKLOAD_ATTR in (built.func.attrs or {}) else built.func
+    lib = tvm.compile(tvm.IRModule({"t_fer": func}), target=get_target("host").tvm_target())
+    out = tvm.runtime.tensor(np.zeros(built.out.shape, "float32"))
+    lib["t_fer"](*[tvm.runtime.tensor(a) for a in built.args], out)
+    ref = site.reference(acts)
+    np.testing.assert_allclose(out.numpy()[..., :8], ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+@pytest.mark.qemu
+def test_fer_conv_default_on_pi3_matches_numpy_under_qemu():
+    """The same pi3 default kernel cross-built and run under qemu (A53) against numpy (standalone.check_plain)."""
+    pi3 = get_target("pi3")
+    if shutil.which(pi3.cross_cc) is None or shutil.which("qemu-aarch64") is None:
+        pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
+    from edge_sdk.compiler.choice import standalone
+
+    got = standalone.check_plain(_fer_conv_site(simd_of(pi3.tvm_target())), "default", pi3)
+    assert got.ok, got.reason
+    assert got.max_error is not None and got.max_error < 1e-4
+
+
 # Cin >= 64 even: the packed V panels and the A53 assembly tile (wg.packs); 7x9 at m=2 has 20 tiles, so
 # the last panel holds 4 copies of tile 19 (stored nowhere); Cin 66 is not a lane multiple.
 PACKED = [CASES[4] + ("default",), ((1, 7, 9, 66), 72, SAME, 2, False, ("none",), "default"),

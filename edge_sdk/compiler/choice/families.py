@@ -104,7 +104,7 @@ def _conv_schedules(workload: dict) -> list[str]:
     if im2col.applies(simd, workload["shape"], workload["kernel"], workload["strides"], workload["pad"], workload["nr"]):
         names.append(IM2COL)
     if (tuple(workload["kernel"]) == (3, 3) and tuple(workload["strides"]) == (1, 1) and workload["shape"][0] == 1
-            and min(workload["shape"][3], workload["cout"]) >= 8 and len(workload["pad"]) == 4):
+            and min(workload["shape"][3], workload["cout"]) >= winograd.OFFERED_MIN_CHANNELS and len(workload["pad"]) == 4):
         names += list(WINOGRAD) + (list(PLANAR) if workload["isa"] == "neon" else [])
     return names
 
@@ -114,7 +114,7 @@ def conv_plan(simd: Simd, shape, kernel, strides, pad, cout: int, schedule: str)
     "planar" / "default" for winograd.conv2d_winograd_planar / conv2d_winograd) for a schedule name."""
     if schedule == "default":
         fills = len(pad) > 4
-        m = None if fills else winograd.choose_m(simd, shape, kernel, strides, cout)
+        m = None if fills else winograd.choose_m(simd, shape, kernel, strides, cout, pad=pad)
         return m, "default"
     if schedule in WINOGRAD:
         return WINOGRAD[schedule], "default"

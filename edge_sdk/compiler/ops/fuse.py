@@ -161,7 +161,7 @@ class KernelRewriter(PyExprMutator):
         padded = any(head["pad"])
         fill = tuple(float(v) for v in -found[2] / found[1])
         if padded and (len(set(fill)) > 1 and len(fill) > 4 or winograd.choose_m(
-                self.simd, head["shape"], head["w"].shape[:2], head["strides"], head["w"].shape[3]) is not None):
+                self.simd, head["shape"], head["w"].shape[:2], head["strides"], head["w"].shape[3], pad=head["pad"]) is not None):
             return head
         w = head["w"]
         return {**head, "x": found[0], "w": w * found[1][None, None, :, None],

@@ -30,6 +30,7 @@ from edge_sdk.compiler.ops import conv1x1_gemm_a53 as a53
 from edge_sdk.compiler.ops import prefetch_a53 as pf
 from edge_sdk.compiler.ops import prfm_pair_a53 as prfm
 from edge_sdk.compiler.ops.common import ACC_SCOPE, NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner
+from edge_sdk.targets import CacheConfig
 
 # Lavin & Gray's matrices (points 0, +-1, +-2, infinity for m=4; 0, +-1, infinity for m=2).
 _MATRICES = {
@@ -62,7 +63,22 @@ _TABLE: dict[str, tuple[tuple[int, int], ...]] = {
     "avx512": ((28 * 28, 4), (1, 2)),
     "neon": ((14 * 14, 4), (1, 2)),
 }
-_MIN_CHANNELS = 8
+# Fewest channels (min of Cin, Cout) a Winograd schedule is offered at (compile/choice prices it) and taken
+# at by default where _MIN_CHANNELS has no row.
+OFFERED_MIN_CHANNELS = 8
+# The A53 (pi3, modelled cycles of each 3x3 stride-1 C -> C conv alone, ReLU, trained7's table in
+# docs/BENCHMARKS.md "2026-12-03 trained7"): with 8 channels the direct conv is the cheapest at every size
+# measured (14x14 0.067 M vs F(4x4) 0.101, 56x56 0.85 vs 1.49, fer's 62x62 VALID 0.97 vs 2.52): the
+# transforms cost more than the multiplies they save. Below this many channels the direct conv is kept.
+_MIN_CHANNELS = {"neon": 16}
+# F(4x4) on the A53 pays while its V and M buffers, 36 x tiles x (Cin + Cout) floats, stay in the L2 (16 ch:
+# 28x28, 226 KB, 0.49 M vs 0.84 M direct; 56x56, 903 KB, 4.43 M vs 3.27 M direct), or from this many channels
+# on, where its 4x fewer multiplies outweigh the misses (32 ch at 56x56, 1.8 MB: 11.9 M vs 14.9 M direct;
+# ResNet18's 64..256). Otherwise the direct conv. The L2 is the target table's (targets.CacheConfig: the Pi 3's
+# 512 KB, A53 TRM 7.1), the one of the NEON rows whose caches it knows (the Pi 4's A72 has 1 MB: the rule is
+# conservative there, not measured); x86 has no working-set rule (its table above is measured as is).
+_ANY_WORKING_SET_CHANNELS = 32
+_WORKING_SET_BYTES = {"neon": CacheConfig().l2_bytes}
 
 
 def matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -70,14 +86,29 @@ def matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _MATRICES[m]
 
 
-def choose_m(simd: Simd, shape, kernel, strides, cout: int) -> int | None:
-    """Winograd tile size for this conv on this ISA, or None to keep the direct conv."""
+def working_set_bytes(m: int, out_hw, ci: int, cout: int) -> int:
+    """Bytes of F(m x m)'s V and M buffers for an (OH, OW) output: (m+2)^2 x tiles x (Cin + Cout) float32."""
+    tiles = -(-out_hw[0] // m) * -(-out_hw[1] // m)
+    return (m + 2) ** 2 * tiles * (ci + cout) * 4
+
+
+def choose_m(simd: Simd, shape, kernel, strides, cout: int, *, pad=None) -> int | None:
+    """Winograd tile size for this conv on this ISA, or None to keep the direct conv. `pad` (top, left,
+    bottom, right): the output's size for the working-set rule; None = SAME (the input's size)."""
     if tuple(kernel) != (3, 3) or tuple(strides) != (1, 1) or shape[0] != 1:
         return None
-    if min(shape[3], cout) < _MIN_CHANNELS:
+    channels = min(shape[3], cout)
+    if channels < _MIN_CHANNELS.get(simd.isa, OFFERED_MIN_CHANNELS):
         return None
-    pixels = shape[1] * shape[2]  # SAME padding: the output has the input's size
-    return next((m for least, m in _TABLE.get(simd.isa, ()) if pixels >= least), None)
+    pixels = shape[1] * shape[2]  # the table's rows are by input pixels (SAME padding: the output's)
+    m = next((m for least, m in _TABLE.get(simd.isa, ()) if pixels >= least), None)
+    cache = _WORKING_SET_BYTES.get(simd.isa)
+    if m == 4 and cache is not None and channels < _ANY_WORKING_SET_CHANNELS:
+        pt, pl, pb, pr = (1, 1, 1, 1) if pad is None else tuple(pad[:4])
+        out_hw = (shape[1] + pt + pb - 2, shape[2] + pl + pr - 2)
+        if working_set_bytes(4, out_hw, shape[3], cout) > cache:
+            return None
+    return m
 
 
 def transform_weight(w_hwio: np.ndarray, m: int, nr: int) -> np.ndarray:
