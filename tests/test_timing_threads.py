@@ -75,3 +75,25 @@ def test_without_the_librarys_symbols_the_whole_library_stays_out(four_threads):
                                           for mp in pi.maps])
     assert (threads.runtime_blocks(moved) == threads.library_blocks(pi)).all()
     assert threads.library_blocks(pi).sum() > threads.runtime_blocks(pi).sum()
+
+
+@pytest.mark.qemu
+def test_hidden_runtime_work_is_counted_and_the_spins_are_not(four_threads):
+    from edge_sdk.timing import cost
+    from edge_sdk.timing.a53 import DEFAULT
+    from edge_sdk.timing.model import thread_terms
+
+    pi, m = four_threads
+    skip, lib, ran = threads.runtime_blocks(pi), threads.library_blocks(pi), _ran(pi)
+    sym = Symbolizer(pi.maps)
+    # libtvm_runtime's hidden functions (in no exported symbol's extent) that are not the pool: work
+    hidden_work = lib & ran & ~skip & np.array([n == "" for n in _functions(pi)])
+    assert hidden_work.any()
+    bc = cost.block_costs(pi.blocks, pi.pred, DEFAULT)
+    per = [thread_terms(c, bc, DEFAULT, ~skip)["per_block"] for c in pi.counts.values()]
+    # the span carries them: runtime_work is the busiest vCPU's runtime work, hidden functions included
+    assert m["cycles_split"]["runtime_work"] >= max(p[hidden_work].sum() for p in per) > 0
+    # the spins: libc's sched_yield ran (the pool's workers poll between jobs) and is no thread's work
+    spin = np.array([sym.lookup(va)[1] in ("sched_yield", "__sched_yield") for va, _n, _c in pi.blocks]) & ran
+    assert spin.any() and skip[spin].all()
+    assert all(p[spin].sum() == 0 for p in per)
