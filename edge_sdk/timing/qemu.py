@@ -4,7 +4,8 @@ qemu/runner.py runs the guest (its count_once, watched by session.timing_session
 plugin: the cache geometry it simulates (the Pi 3's, as `--memory`), and, for runs with more than
 one thread, where the parallel runtime is (OpenMP's GOMP_parallel for ncnn, TVM's
 TVMBackendParallelLaunch for our runner): each entry starts a parallel region (an epoch), and the
-runtime's own code (waiting, waking) is kept out of the threads' work.
+runtime's own code (waiting, waking) is kept out of the threads' work, as is libc's sched_yield (what a thread
+pool's spin-wait calls between polls: threads.YIELD), by its extent in the guest's libc.
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 
 from edge_sdk.timing import profile as P
 from edge_sdk.timing.a53 import A53, DEFAULT
-from edge_sdk.timing.symbols import symbol_value
+from edge_sdk.timing.symbols import function_extents, symbol_value
+from edge_sdk.timing.threads import YIELD
 
 # (file name pattern, parallel-region entry symbol) of the runtimes we know.
 RUNTIMES = (("libgomp", "GOMP_parallel"), ("libtvm_runtime", "TVMBackendParallelLaunch"))
@@ -42,6 +44,17 @@ def find_runtimes(roots: list[Path]) -> list[tuple[Path, str]]:
     return found
 
 
+def yield_ranges(roots: list[Path]) -> list[tuple[str, int, int]]:
+    """(file name, ELF start, ELF end) of the yield functions (threads.YIELD) of the first libc under the
+    guest's roots (its lib/ or lib/aarch64-linux-gnu/)."""
+    for root in roots:
+        for f in (root / "lib" / "libc.so.6", root / "lib" / "aarch64-linux-gnu" / "libc.so.6"):
+            if f.is_file():
+                found = {(lo, hi) for lo, hi, name in function_extents(str(f), f.stat().st_mtime) if YIELD.search(name)}
+                return [(f.name, lo, hi) for lo, hi in sorted(found)]
+    return []
+
+
 def plugin_args(out: Path, *, threads: int = 1, roots: tuple[Path, ...] = ()) -> str:
     """libtiming.so's argument string: output file, caches and (threads > 1) region marks."""
     args = [f"out={out}", cache_args()]
@@ -51,6 +64,8 @@ def plugin_args(out: Path, *, threads: int = 1, roots: tuple[Path, ...] = ()) ->
             addr = symbol_value(f, sym)
             if addr is not None:
                 args += [f"mark={f.name}@{addr:x}", f"skip={f.name}"]
+        # a plugin built before skip=FILE@LO-HI reads it as a file name no path contains: a no-op
+        args += [f"skip={name}@{lo:x}-{hi:x}" for name, lo, hi in yield_ranges(list(roots))]
     return ",".join(args)
 
 

@@ -22,8 +22,9 @@ hidden or exported; 2,341 in 0.27's, 233 named) and its PLT stubs (elf.plt_names
   3. it is hidden and only pool code calls it directly (at least one caller; repeated to a fixed point).
 A PLT stub is what it jumps to: pool if that is a yield or a pool function of this library, else work.
 A block in no function stays out. libc's sched_yield itself (the spin's system call) is kept out of the
-threads' work too (libc's own symbols); the plugin still counts it in the epochs (their rows are per
-thread, not per block). Per epoch (from one region entry to the next) each thread's work in cycles is its
+threads' work too (libc's own symbols), and out of the plugin's epochs (qemu.plugin_args gives its extent as
+skip=libc.so.6@LO-HI; a libtiming.so built before that option reads it as a file name no path holds, and its
+epochs keep the spins: rebuild with tools/build_qemu_plugins.sh). Per epoch (from one region entry to the next) each thread's work in cycles is its
 instructions x its cycles per instruction plus its load misses x their stalls, and the epoch takes
 as long as its slowest thread; a region adds fork_join cycles (a53.A53.fork_join). As for
 instructions, the per-inference figure is (sum over the K=3 run's epochs - sum over K=1's) / 2.

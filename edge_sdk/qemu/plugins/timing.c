@@ -13,8 +13,10 @@
  * Parallel regions: mark=FILE@HEX (repeatable) names a code address by the mapped file whose path
  * contains FILE and the ELF address HEX in it (e.g. libgomp@<GOMP_parallel>); executing it (any
  * vCPU) starts a new epoch. Per epoch and vCPU the plugin sums instructions and load misses of the
- * blocks outside the files named by skip=FILE (e.g. the OpenMP runtime, whose waiting is not work).
- * Files are found in /proc/self/maps at start and after every file mmap the guest makes.
+ * blocks outside the files named by skip=FILE (e.g. the OpenMP runtime, whose waiting is not work) and
+ * outside the code ranges named by skip=FILE@LO-HI (ELF addresses, hex, of the file whose path contains FILE:
+ * e.g. libc's sched_yield, which a thread pool's spin-wait calls). Files are found in /proc/self/maps at start
+ * and after every file mmap the guest makes.
  *
  * Cache model (the one `--memory` uses, contrib/plugins/cache.c, in qemu 7.2): true LRU, 64 B lines,
  * each access looks up the line of its first byte (translate-a64.c splits a 128-bit access into two
@@ -131,6 +133,7 @@ static uint64_t wstream = 1, ws_l1 = 3, ws_l2 = 128;
 #define MAX_RANGES 64
 static char *mark_file[MAX_MARKS], *skip_file[MAX_SKIPS];
 static uint64_t mark_elf[MAX_MARKS], marks[MAX_MARKS], skip_lo[MAX_RANGES], skip_hi[MAX_RANGES];
+static uint64_t skip_elf_lo[MAX_SKIPS], skip_elf_hi[MAX_SKIPS];  /* skip=FILE@LO-HI; hi 0: the whole file */
 static int n_marks, n_skip_files, n_skips;
 static GMutex maps_lock;
 static GHashTable *seen_maps;   /* file-backed /proc/self/maps lines seen so far */
@@ -317,7 +320,7 @@ static void resolve_files(void)
     char line[4096], path[4096];
     uint64_t lo, hi, off;
     int ranges = 0;
-    uint64_t base[MAX_MARKS] = {0};
+    uint64_t base[MAX_MARKS] = {0}, skip_base[MAX_SKIPS] = {0};
     if (maps == NULL) {
         return;
     }
@@ -337,8 +340,14 @@ static void resolve_files(void)
                 base[i] = lo;
             }
         }
+        for (int i = 0; i < n_skip_files; i++) {
+            if (skip_elf_hi[i] && path[0] && strstr(path, skip_file[i]) && off == 0
+                && (skip_base[i] == 0 || lo < skip_base[i])) {
+                skip_base[i] = lo;
+            }
+        }
         for (int i = 0; i < n_skip_files && ranges < MAX_RANGES; i++) {
-            if (path[0] && strstr(path, skip_file[i])) {
+            if (!skip_elf_hi[i] && path[0] && strstr(path, skip_file[i])) {
                 skip_lo[ranges] = lo;
                 skip_hi[ranges++] = hi;
                 break;
@@ -346,6 +355,12 @@ static void resolve_files(void)
         }
     }
     fclose(maps);
+    for (int i = 0; i < n_skip_files && ranges < MAX_RANGES; i++) {
+        if (skip_elf_hi[i] && skip_base[i]) {
+            skip_lo[ranges] = skip_base[i] + skip_elf_lo[i];
+            skip_hi[ranges++] = skip_base[i] + skip_elf_hi[i];
+        }
+    }
     for (int i = 0; i < n_marks; i++) {
         marks[i] = base[i] ? base[i] + mark_elf[i] : 0;
     }
@@ -795,6 +810,11 @@ static void at_exit(qemu_plugin_id_t id, void *p)
     for (int i = 0; i < n_marks; i++) {
         fprintf(f, "T mark %s@%" PRIx64 "=%" PRIx64 "\n", mark_file[i], mark_elf[i], marks[i]);
     }
+    for (int i = 0; i < n_skip_files; i++) {
+        if (skip_elf_hi[i]) {
+            fprintf(f, "T skip_range %s@%" PRIx64 "-%" PRIx64 "\n", skip_file[i], skip_elf_lo[i], skip_elf_hi[i]);
+        }
+    }
     fprintf(f, "T caches l1d=%" PRIu64 "/%" PRIu64 " l1i=%" PRIu64 "/%" PRIu64 " l2=%" PRIu64 "/%" PRIu64
             " line=%u cores=%u\n", dsize, dassoc, isize, iassoc, l2size, l2assoc, 1u << line_shift, cores);
     fprintf(f, "T prefetch streams=%" PRIu64 " depth=%" PRIu64 " window=%" PRIu64 " trigger=%" PRIu64 " sw=%" PRIu64
@@ -853,7 +873,19 @@ static bool parse_arg(const char *opt)
         mark_elf[n_marks++] = g_ascii_strtoull(r[1], NULL, 16);
         return true;
     } else if (g_strcmp0(k, "skip") == 0 && n_skip_files < MAX_SKIPS && val[0]) {
-        skip_file[n_skip_files++] = g_strdup(val);
+        g_auto(GStrv) r = g_strsplit(val, "@", 2);
+        if (r[1] != NULL) {  /* FILE@LO-HI */
+            g_auto(GStrv) range = g_strsplit(r[1], "-", 2);
+            if (!r[0][0] || range[1] == NULL) {
+                return false;
+            }
+            skip_elf_lo[n_skip_files] = g_ascii_strtoull(range[0], NULL, 16);
+            skip_elf_hi[n_skip_files] = g_ascii_strtoull(range[1], NULL, 16);
+            if (skip_elf_hi[n_skip_files] <= skip_elf_lo[n_skip_files]) {
+                return false;
+            }
+        }
+        skip_file[n_skip_files++] = g_strdup(r[0]);
         return true;
     }
     return false;
