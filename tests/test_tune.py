@@ -243,3 +243,26 @@ def test_shipped_records_are_valid():
         assert path.parent.name == rec.data["target"]["name"]
         if rec.tuned:
             assert not tvm_ffi.structural_equal(replay(wl, rec.data["trace"]), wl), path
+
+
+def test_a_price_is_keyed_by_the_library_bytes(tmp_path):
+    """The same bytes at another path share a key; one byte more does not; an unreadable cache file is a miss."""
+    from edge_sdk.targets import get_target
+    from edge_sdk.tune.modelled_runner import PriceCache, price_key
+
+    target, runner = get_target("pi3"), tmp_path / "bundle-x" / "bin" / "edge-runner"
+    one, same, other = tmp_path / "a.so", tmp_path / "b.so", tmp_path / "c.so"
+    one.write_bytes(b"\x7fELF" + bytes(100))
+    same.write_bytes(one.read_bytes())
+    other.write_bytes(one.read_bytes() + b"\0")
+    args = [[[256], "float32"], [[256], "float32"]]
+    k = price_key(str(one), args, target, runner)
+    assert price_key(str(same), args, target, runner) == k
+    assert price_key(str(other), args, target, runner) != k
+    assert price_key(str(one), [[[128], "float32"], [[128], "float32"]], target, runner) != k
+    cache = PriceCache(tmp_path / "prices")
+    assert cache.get(k) is None
+    cache.put(k, 1.5e-3, cycles=1.8e6)
+    assert cache.get(k) == 1.5e-3
+    (tmp_path / "prices" / f"{k}.json").write_text("{not json")
+    assert cache.get(k) is None and (cache.hits, cache.misses) == (1, 2)

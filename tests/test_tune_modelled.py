@@ -38,3 +38,57 @@ def test_tune_pi3_without_a_device_runs_under_qemu(cache, tmp_path, capsys):
     assert row["ours_ms"] > 0 and row["tuned_ms"] is not None and row["tuned_ms"] > 0
     recs = list((out / "pi3").glob("*.json"))
     assert len(recs) == 1 and json.loads(recs[0].read_text())["trials"] >= 2
+    # ours is priced when the workload starts; the verdict's second pricing of it comes from the cache
+    assert res["prices"]["run"] >= 3 and res["prices"]["cached"] >= 1
+
+
+def _two_kernels():
+    """Two small PrimFuncs that compute different things (so their libraries differ)."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((256,), "float32", name="a")
+    double = te.compute((256,), lambda i: a[i] * 2.0, name="double")
+    b = te.placeholder((256,), "float32", name="b")
+    square = te.compute((256,), lambda i: b[i] * b[i] + 1.0, name="square")
+    return [tvm.IRModule({"main": te.create_prim_func([x, y]).with_attr("global_symbol", "main")})
+            for x, y in ((a, double), (b, square))]
+
+
+def test_candidates_priced_at_once_match_one_at_a_time_and_are_then_served_from_the_cache(cache, tmp_path):
+    """Two workers give the prices one worker gives (each run in its own qemu slot), and a second batch of
+    the same libraries runs nothing under qemu: the cache answers with the same prices."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    from edge_sdk.targets import get_target
+    from edge_sdk.tune.device_runner import export_for
+    from edge_sdk.tune.measure import PooledBuilder
+    from edge_sdk.tune.modelled_runner import ModelledRunner, PriceCache
+
+    target = get_target("pi3")
+    mods = _two_kernels()
+    builder = PooledBuilder(export_for(target))
+    try:
+        built = builder.build([BuilderInput(m, target.tvm_target()) for m in mods])
+    finally:
+        builder.close()
+    assert all(b.error_msg is None for b in built), [b.error_msg for b in built]
+    inputs = [RunnerInput(b.artifact_path, "cpu", ArgInfo.from_prim_func(m["main"])) for b, m in zip(built, mods)]
+
+    def secs(runner):
+        results = [f.result() for f in runner.run(inputs)]
+        assert all(r.error_msg is None for r in results), [r.error_msg for r in results]
+        return [float(r.run_secs[0]) for r in results]
+
+    prices = PriceCache(tmp_path / "prices")
+    parallel = ModelledRunner(target, workers=2, cache=prices)
+    first = secs(parallel)
+    assert (prices.misses, prices.hits) == (2, 0)
+    assert first[0] != first[1] and min(first) > 0
+    assert secs(ModelledRunner(target, workers=1, cache=PriceCache(None))) == first
+    assert secs(parallel) == first
+    assert (prices.misses, prices.hits) == (2, 2)
+    assert len(list((tmp_path / "prices").glob("*.json"))) == 2
+

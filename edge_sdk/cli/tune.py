@@ -68,7 +68,7 @@ def drive_tune(args: argparse.Namespace) -> int:
                             kernels=args.kernel, remote=remote, events=events)
     if args.json:
         print_json({"target": result.target, "out": str(result.out), "kernels": [r.to_json() for r in result.rows],
-                     "untunable": result.untunable})
+                     "untunable": result.untunable, "prices": result.prices})
     else:
         print(result)
     return 0

@@ -119,6 +119,7 @@ class Measurer:
         cpu_tensor_intrinsics()
         self.target = target
         self.where = f"device {remote.device}" if remote else "host"
+        self.deterministic = False  # True: the runner's times repeat exactly, so one round is the median
         self.closer = None
         if remote:
             from edge_sdk.tune.device_runner import export_for, make_device_runner
@@ -132,6 +133,7 @@ class Measurer:
             from edge_sdk.tune.modelled_runner import ModelledRunner
 
             self.where = "the modelled A53 clock (qemu)"
+            self.deterministic = True
             self.builder = PooledBuilder(export_for(target))
             self.runner = ModelledRunner(target)
         else:
@@ -146,8 +148,16 @@ class Measurer:
             self.closer()
             self.closer = None
 
+    @property
+    def timing(self) -> str:
+        """How time() times, for the records."""
+        if self.deterministic:
+            return "modelled A53 seconds of one call (deterministic: one run each) x 1e3"
+        return "median of interleaved repeats, seconds per call x 1e3"
+
     def time(self, funcs: list, *, rounds: int = 3) -> list[float]:
-        """Median seconds per call of each PrimFunc, timed interleaved `rounds` times."""
+        """Median seconds per call of each PrimFunc, timed interleaved `rounds` times (once when the runner is
+        deterministic: the modelled clock gives the same price every round)."""
         import tvm
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
         from tvm.s_tir.meta_schedule.runner import RunnerInput
@@ -160,7 +170,7 @@ class Measurer:
                 if b.error_msg:
                     raise RuntimeFailure(f"building a kernel to time on {self.where} failed: {b.error_msg}")
             samples: list[list[float]] = [[] for _ in funcs]
-            for _ in range(rounds):
+            for _ in range(1 if self.deterministic else rounds):
                 inputs = [RunnerInput(b.artifact_path, "cpu", ArgInfo.from_prim_func(f)) for b, f in zip(built, funcs)]
                 for i, fut in enumerate(self.runner.run(inputs)):
                     res = fut.result()

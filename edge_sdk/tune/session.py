@@ -79,6 +79,7 @@ class TuneResult:
     out: Path
     rows: list[Row] = field(default_factory=list)
     untunable: list[str] = field(default_factory=list)
+    prices: dict | None = None  # modelled clock only: {"run": candidates priced under qemu, "cached": from the cache}
 
     def __str__(self) -> str:
         lines = [f"tuned {len(self.rows)} kernel workload(s) for {self.target}; records in {self.out / self.target}"]
@@ -89,6 +90,8 @@ class TuneResult:
                          f"{r.trials:>4} trials  -> {r.status}{'  ' + r.note if r.note else ''}")
         if self.untunable:
             lines.append(f"  not tunable (no workload on the kernel): {', '.join(self.untunable)}")
+        if self.prices:
+            lines.append(f"  modelled prices: {self.prices['run']} run under qemu, {self.prices['cached']} from the cache")
         return "\n".join(lines)
 
 
@@ -149,6 +152,9 @@ def tune_model(model, target, *, search: Search, out_root: Path, kernels: list[s
             result.rows.append(_tune_one(wl, (i, len(workloads)), target, search=search, out_root=Path(out_root),
                                          measurer=measurer, events=ev))
     finally:
+        cache = getattr(measurer.runner, "cache", None)
+        if cache is not None:
+            result.prices = {"run": cache.misses, "cached": cache.hits}
         measurer.close()
     return result
 
@@ -204,7 +210,7 @@ def _tune_one(wl: Workload, at: tuple[int, int], target, *, search: Search, out_
             "ours_ms": row.ours_ms, "tuned_ms": row.tuned_ms,
             "speedup": round(row.ours_ms / row.tuned_ms, 3) if row.tuned_ms else None,
             "trials": done, "tvm": tvm.__version__, "date": store.now(), "machine": store.machine(),
-            "runner": measurer.where, "timing": "median of interleaved repeats, seconds per call x 1e3"}
+            "runner": measurer.where, "timing": measurer.timing}
     row.record = store.write_record(out_root, target.name, wl.kind, data)
     events.end(row)
     return row
