@@ -17,7 +17,7 @@ import tvm
 from tvm import s_tir, te, tirx
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
-from edge_sdk.compiler.int8 import dwconv, gemm_int8_smull_neon, gemm_int8_widen16, x86_vnni
+from edge_sdk.compiler.int8 import dwconv, dwconv_u8s8_vpdpbusd_x86, gemm_int8_smull_neon, gemm_int8_widen16, x86_vnni
 from edge_sdk.compiler.int8 import winograd_int8_f23  # noqa: F401  (registers its int8.gemm8 candidate)
 from edge_sdk.compiler.int8 import winograd_int8_f23_blocked  # noqa: F401  (registers its int8.gemm8 candidates)
 from edge_sdk.compiler.int8.gemm_int8_widen16 import DENSE, ConvGeom
@@ -166,7 +166,14 @@ def depthwise(x_shape, w_1hwc: np.ndarray, bias, rq: Requant, win: Window, *, de
     oh, ow, pads = win.place(x_shape, kh, kw)
     w_hwc = np.ascontiguousarray(w_1hwc[0])
     b = _folded_bias(bias, w_hwc, rq.in_zp, (0, 1))
-    func = dwconv.depthwise_i8(tuple(x_shape), w_hwc, rq, geom=ConvGeom(tuple(win.stride), (1, 1), pads, (oh, ow)),
+    geom = ConvGeom(tuple(win.stride), (1, 1), pads, (oh, ow))
+    if dwconv_u8s8_vpdpbusd_x86.applies(simd, channels=co, depth_multiplier=depth_multiplier, dilation=win.dilation):
+        func = dwconv_u8s8_vpdpbusd_x86.depthwise_u8s8(tuple(x_shape), w_hwc, rq, geom=geom, simd=simd, name=name)
+        b = b + dwconv_u8s8_vpdpbusd_x86.offset_correction(w_hwc)
+        return Kernel(func, [dwconv_u8s8_vpdpbusd_x86.pack_weight(w_hwc).reshape(-(-kh // 4), kw, -1),
+                             b.astype(np.int32), np.asarray(rq.multiplier, np.int32), (-shift).astype(np.int32)],
+                      (x_shape[0], oh, ow, co))
+    func = dwconv.depthwise_i8(tuple(x_shape), w_hwc, rq, geom=geom,
                                depth_multiplier=depth_multiplier, simd=simd, name=name)
     return Kernel(func, [w_hwc, b.astype(np.int32), np.asarray(rq.multiplier, np.int32), (-shift).astype(np.int32)],
                   (x_shape[0], oh, ow, co))

@@ -53,6 +53,15 @@ def _rdbpot(h, r, lanes: int):
     return (h >> r) + tirx.Cast(f"int32x{lanes}", (h & mask) > threshold)
 
 
+def vector(x, m, r, lanes: int, out_zp: int, lo: int, hi: int):
+    """int8xlanes = clamp(mbqm32(x, m, r) + out_zp, lo, hi) of int32xlanes vectors x (the biased sum), m and r."""
+    y = _rdbpot(_srdhm_even_odd(x, m, lanes), r, lanes)
+    y = y + tirx.Broadcast(tirx.const(out_zp, "int32"), lanes)
+    y = tirx.max(tirx.min(y, tirx.Broadcast(tirx.const(hi, "int32"), lanes)),
+                 tirx.Broadcast(tirx.const(lo, "int32"), lanes))
+    return tirx.Cast(f"int8x{lanes}", y)
+
+
 def epilogue(acc, mult, rshift, out_zp: int, lo: int, hi: int):
     """The scalar epilogue the kernel's TE writes and the intrinsic's description matches: fixedpoint.mbqm32
     (the same expressions; its last comparison written `threshold < ...`, the form create_prim_func keeps),
@@ -86,13 +95,8 @@ def _intrin(lanes: int, out_zp: int, lo: int, hi: int):
 
     def vec(a, b, m, r):
         v32 = f"int32x{lanes}"
-        rs = r.vload([0], v32)
-        x = a.vload([0], v32) + b.vload([0], v32)
-        y = _rdbpot(_srdhm_even_odd(x, m.vload([0], v32), lanes), rs, lanes)
-        y = y + tirx.Broadcast(tirx.const(out_zp, "int32"), lanes)
-        y = tirx.max(tirx.min(y, tirx.Broadcast(tirx.const(hi, "int32"), lanes)),
-                     tirx.Broadcast(tirx.const(lo, "int32"), lanes))
-        return tirx.Cast(f"int8x{lanes}", y)
+        return vector(a.vload([0], v32) + b.vload([0], v32), m.vload([0], v32), r.vload([0], v32), lanes,
+                      out_zp, lo, hi)
 
     @T.prim_func(s_tir=True)
     def impl(a: T.Buffer((lanes,), "int32", offset_factor=1), b: T.Buffer((lanes,), "int32", offset_factor=1),

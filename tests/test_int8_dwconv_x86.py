@@ -1,0 +1,90 @@
+"""The int8 depthwise conv on each x86 path, bit-exact against the numpy int8 reference, and the step each kind gets.
+
+VNNI paths (compiler/int8/dwconv_u8s8_vpdpbusd_x86.py: a window column's rows per vpdpbusd lane) and AVX2 only
+(dwconv.py's 32-bit products): a path runs here only where this CPU has its instructions (else skipped with
+the reason); the instruction check compiles for every kind whatever the host is.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests.test_int8_x86_vnni import FLAGS, PATHS, _simd, _target
+
+tvm = pytest.importorskip("tvm")
+
+CASES = [  # (x shape, kernel, stride, padding)
+    ((1, 9, 11, 64), 3, 1, "SAME"),    # 4 vectors a chunk (zmm)
+    ((1, 10, 7, 48), 3, 2, "SAME"),    # 3 vectors a chunk, stride 2, odd width
+    ((2, 6, 5, 16), 3, 1, "VALID"),    # batch 2, no padding
+    ((1, 12, 11, 32), 5, 2, "SAME"),   # 5x5: two row groups, the second with one row
+    ((1, 7, 8, 24), 3, 1, "SAME"),     # 24 channels: 3 ymm vectors, not whole zmm ones (dwconv.py there)
+]
+
+
+def _layer(rng, kk, c):
+    w = rng.integers(-128, 128, (1, kk, kk, c)).astype(np.int8)
+    w[0, 0, 0, :2] = (127, -128)  # extreme operands: 255 * 127 and 0 * -128 products
+    bias = rng.integers(-5000, 5000, c).astype(np.int32)
+    mult = rng.integers(1 << 30, (1 << 31) - 1, c).astype(np.int32)
+    shift = -rng.integers(0, 12, c)  # 0: no rounding shift
+    return w, bias, mult, shift
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[0])) + f"-k{c[1]}s{c[2]}{c[3]}")
+def test_depthwise_equals_numpy_reference(path, case):
+    from edge_sdk.compiler.int8 import kernels
+    from edge_sdk.quant import int8 as q8
+
+    mcpu, _, need = PATHS[path]
+    if not need <= FLAGS:
+        pytest.skip(f"this CPU lacks {sorted(need - FLAGS)} for the {path} path ({mcpu})")
+    xs, kk, s, padding = case
+    rng = np.random.default_rng(sum(xs) + kk)
+    x = rng.integers(-128, 128, xs).astype(np.int8)
+    x.reshape(-1)[:7] = (-128, 127, -128, 127, 0, -1, 1)
+    w, bias, mult, shift = _layer(rng, kk, xs[-1])
+    win = q8.Window((s, s), (1, 1), padding)
+    for zp, act in ((-128, (-128, 127)), (127, (-100, 90))):  # the offset u = Z + 128 at both ends; a clamp
+        rq = q8.Requant(in_zp=zp, multiplier=mult, shift=shift, out_zp=-5, act=act)
+        ref = q8.depthwise_conv2d(x, w, bias, rq, win, depth_multiplier=1)
+        k = kernels.depthwise(xs, w, bias, rq, win, depth_multiplier=1, simd=_simd(path), name="k")
+        lib = tvm.compile(tvm.IRModule({"main": k.func.with_attr("global_symbol", "main")}), target=_target(mcpu))
+        out = tvm.runtime.tensor(np.zeros(k.out_shape, k.out_dtype))
+        lib["main"](*[tvm.runtime.tensor(a) for a in [x, *k.consts]], out)
+        np.testing.assert_array_equal(out.numpy(), ref, err_msg=f"in_zp {zp}")
+        assert len(np.unique(ref)) > 10
+
+
+# the depthwise step each kind of x86 CPU gets (3x3 over 64 channels), read from the object code
+ASM_KINDS = {
+    "znver3": (("vpmulld",), ("vpdpbusd",)),                  # AVX2 only: 32-bit products per tap
+    "icelake-server": (("vpdpbusd", "%zmm"), ("vpmulld",)),   # AVX-512 VNNI: 4 window rows a lane
+    "znver4": (("vpdpbusd", "%zmm"), ("vpmulld",)),
+    "alderlake": (("{vex} vpdpbusd", "%ymm"), ("%zmm", "vpmulld")),  # AVX-VNNI: VEX-encoded, ymm only
+}
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="needs binutils")
+@pytest.mark.parametrize("mcpu", sorted(ASM_KINDS))
+def test_depthwise_step_per_x86_kind(tmp_path, mcpu):
+    from edge_sdk.compiler.int8 import kernels
+    from edge_sdk.compiler.ops.common import simd_of
+    from edge_sdk.quant import int8 as q8
+
+    w, bias, mult, shift = _layer(np.random.default_rng(0), 3, 64)
+    rq = q8.Requant(in_zp=-7, multiplier=mult, shift=shift, out_zp=3, act=(-128, 127))
+    k = kernels.depthwise((1, 14, 14, 64), w, bias, rq, q8.Window(), depth_multiplier=1,
+                          simd=simd_of(_target(mcpu)), name="qdw")
+    tvm.compile(tvm.IRModule({"qdw": k.func}), target=_target(mcpu)).export_library(str(tmp_path / "q.so"))
+    asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(tmp_path / "q.so")], capture_output=True,
+                         text=True, check=True).stdout
+    has, lacks = ASM_KINDS[mcpu]
+    for text in has:
+        assert text in asm, f"{mcpu}: no {text}"
+    for text in lacks:
+        assert text not in asm, f"{mcpu}: {text} in a depthwise kernel for this CPU"
