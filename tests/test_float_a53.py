@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from edge_sdk.compiler.ops import conv1x1_gemm_a53 as a53
+from edge_sdk.compiler.ops import conv1x1_gemm_a53_12x8 as a53_12x8
 from edge_sdk.compiler.ops import conv2d as conv_ops
 from edge_sdk.compiler.ops.common import Epilogue, simd_of
 from edge_sdk.targets import get_target
@@ -80,6 +81,63 @@ def test_a53_asm_tile_gemm_on_pi3_under_qemu(m, k, n, residual, asm):
     out = run_prim_pi3(func, args, (m, npad))[:, :n]
     ref = np.clip(a.astype("float64") @ w + b + (r if residual else 0), 0, 6)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+
+
+# The A53 12x8 tile (conv1x1_gemm_a53_12x8), by schedule: K = 66 over two exact row tiles; a row tail (40 ->
+# 48) with a residual and K = 130; 49 rows padded to 60 over 5 panels; K = 512 over 64 panels in each loop
+# order (the row panel packed per tile, all of A first, blocks of panels).
+A53_12X8_CASES = [(24, 66, 64, False, "default"), (40, 130, 96, True, "rows_outer"), (49, 96, 40, False, "default"),
+                  (36, 512, 512, False, "panels_outer"), (60, 64, 256, False, "panel_blocks")]
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("m,k,n,residual,order", A53_12X8_CASES)
+def test_a53_12x8_tile_gemm_on_pi3_under_qemu(m, k, n, residual, order):
+    simd = simd_of(get_target("pi3").tvm_target())
+    nr = conv_ops.choose_nr(simd, m, n, k)
+    a = RNG.standard_normal((m, k)).astype("float32")
+    w = (RNG.standard_normal((k, n)) / np.sqrt(k)).astype("float32")
+    b = RNG.standard_normal(n).astype("float32")
+    r = RNG.standard_normal((m, n)).astype("float32")
+    wp = conv_ops.pack_gemm_weight(w, nr)
+    npad = wp.shape[0] * nr
+    func = conv_ops.gemm(m, k, npad, simd, epi=Epilogue(("clip", 0.0, 6.0), residual), nr=nr, name="t_a53_12x8",
+                         schedule=order + conv_ops.TILE_12X8)
+    assert _calls(func, a53_12x8.NAME) and not _calls(func, a53.NAME)  # not a substring of the other
+    rp = np.zeros((m, npad), "float32")
+    rp[:, :n] = r
+    args = [a, wp, conv_ops.pad_bias(b, npad)] + ([rp] if residual else [])
+    out = run_prim_pi3(func, args, (m, npad))[:, :n]
+    ref = np.clip(a.astype("float64") @ w + b + (r if residual else 0), 0, 6)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+
+
+def test_a53_12x8_tile_text_follows_ncnn_load_pattern():
+    """Per step 24 fmla and 5 operands, each as ldr d + ldr x + ins (no ldr q in the loop); every ldr d but
+    the one after the loop's branch target sits beside the previous ins; the branch follows an fmla."""
+    lines = a53_12x8.kernel_lines()
+    loop = lines[lines.index("1:") + 1:lines.index("b.ne 1b") + 1]
+    assert sum(x.startswith("fmla") for x in loop) == 48
+    assert not [x for x in loop if x.startswith(("ldr q", "ldp q", "ld1"))]
+    assert sum(x.startswith("ldr d") for x in loop) == sum(x.startswith("ins") for x in loop) == 10
+    assert all(loop[i + 1].startswith("ins") for i, x in enumerate(loop) if x.startswith("ldr d"))
+    assert loop[-2].startswith("fmla")
+    # the loop carries no accumulator dependence shorter than a step: each accumulator once per 24 fmla
+    accs = [x.split()[1] for x in loop if x.startswith("fmla")]
+    assert len(set(accs[:24])) == 24 and accs[:24] == accs[24:]
+
+
+def test_a53_12x8_tile_is_a_gemm_candidate_where_it_applies():
+    from edge_sdk.compiler.choice import candidates
+
+    base = {"n": 512, "nr": 8, "isa": "neon", "act": ["relu"], "residual": False, "gate": False}
+    assert "default+a53_12x8" in candidates("float.gemm", base | {"m": 196, "k": 512})
+    assert "rows_outer+a53_12x8" in candidates("float.gemm", base | {"m": 49, "k": 512})  # 49 -> 60 rows
+    assert "default+a53_12x8" not in candidates("float.gemm", base | {"m": 13, "k": 512})  # 13 -> 24: > 25 %
+    assert "default+a53_12x8" not in candidates("float.gemm", base | {"m": 196, "k": 32})
+    assert "default+a53_12x8" not in candidates("float.gemm", base | {"m": 196, "k": 512, "isa": "avx2"})
+    with pytest.raises(ValueError, match="unknown GEMM tile"):
+        conv_ops.gemm(196, 512, 512, simd_of(get_target("pi3").tvm_target()), nr=8, schedule="default+a53_16x8")
 
 
 def test_a53_asm_tile_text_follows_ncnn_load_pattern():

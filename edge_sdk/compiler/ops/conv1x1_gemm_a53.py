@@ -96,18 +96,25 @@ def llvm_ir(odd: bool = False) -> str:
 MIN_K = 64
 
 
+# Rows of the tiles that share this module's intrinsic (intrin / tensorize_tile): 8, and 12
+# (conv1x1_gemm_a53_12x8).
+ROWS = (MR, 12)
+
+
 def applies(simd, m: int, k: int, mr: int, nr: int, gate: bool) -> bool:
-    """Whether a GEMM takes this tile: NEON, an 8x8 tile, an even K >= MIN_K, no gate stage, and rows
-    padded to 8 by at most a quarter (49 -> 56 rows yes, 9 -> 16 no)."""
-    return (simd.isa == "neon" and mr == MR and nr == NR and k >= MIN_K and k % 2 == 0 and not gate
-            and -(-m // MR) * MR * 4 <= 5 * m)
+    """Whether a GEMM takes an assembly tile of mr rows (ROWS): NEON, 8 channels, an even K >= MIN_K, no
+    gate stage, and rows padded to mr by at most a quarter (49 -> 56 rows yes, 9 -> 16 no)."""
+    return (simd.isa == "neon" and mr in ROWS and nr == NR and k >= MIN_K and k % 2 == 0 and not gate
+            and -(-m // mr) * mr * 4 <= 5 * m)
 
 
-def intrin(k: int) -> str:
-    """The tensor intrinsic for one K (registered once): C[8, 8] += sum_k A[k, 0:8]^T * W[k, 0:8]."""
+def intrin(k: int, mr: int = MR, kernel: str = NAME) -> str:
+    """The tensor intrinsic for one K (registered once): C[mr, 8] += sum_k A[k, 0:mr]^T * W[k, 0:8], by a call
+    of `kernel` (this module's 8x8 tile, or another tile with the same arguments: conv1x1_gemm_a53_12x8)."""
     from tvm.s_tir import TensorIntrin
 
-    name = f"{NAME}_k{k}"
+    MR = mr  # noqa: N806 (the tile's rows, in the TVMScript below)
+    name = f"{kernel}_k{k}"
     if TensorIntrin.get(name, allow_missing=True) is not None:
         return name
 
@@ -134,19 +141,21 @@ def intrin(k: int) -> str:
         with T.sblock("root"):
             T.reads(C[0:MR, 0:NR], A[0:k, 0:MR], W[0:k, 0:NR])
             T.writes(C[0:MR, 0:NR])
-            T.evaluate(T.call_extern("int32", NAME, C.access_ptr("rw"), A.access_ptr("r"), W.access_ptr("r"),
+            T.evaluate(T.call_extern("int32", kernel, C.access_ptr("rw"), A.access_ptr("r"), W.access_ptr("r"),
                                      k, sc))
 
     TensorIntrin.register(name, desc, impl)
     return name
 
 
-def tensorize_tile(sch: s_tir.Schedule, k_loop, k: int, outer_loop, init) -> None:
-    """Replace the accumulator block's (k, 8 pixels, 8 channels) nest under `k_loop` by the kernel (its
-    zeroing `init` block vectorized); the kernel's IR is linked through `outer_loop`'s pragma."""
-    sch.tensorize(k_loop, intrin(k))
+def tensorize_tile(sch: s_tir.Schedule, k_loop, k: int, outer_loop, init, *, tile=None) -> None:
+    """Replace the accumulator block's (k, mr pixels, 8 channels) nest under `k_loop` by the kernel (its
+    zeroing `init` block vectorized); the kernel's IR is linked through `outer_loop`'s pragma. `tile`: a
+    module with MR, NAME and llvm_ir() (conv1x1_gemm_a53_12x8); None: this module's 8x8 tile."""
+    mr, kernel, ir = (MR, NAME, llvm_ir()) if tile is None else (tile.MR, tile.NAME, tile.llvm_ir())
+    sch.tensorize(k_loop, intrin(k, mr, kernel))
     sch.vectorize(sch.get_loops(init)[-1])
-    sch.annotate(outer_loop, "pragma_import_llvm", llvm_ir())
+    sch.annotate(outer_loop, "pragma_import_llvm", ir)
 
 
 def order_tile(sch: s_tir.Schedule, block, n_outer: int) -> list:

@@ -20,6 +20,7 @@ from tvm import s_tir, te
 
 from edge_sdk.compiler.choice import register_candidates
 from edge_sdk.compiler.ops import conv1x1_gemm_a53 as a53
+from edge_sdk.compiler.ops import conv1x1_gemm_a53_12x8 as a53_12x8
 from edge_sdk.compiler.ops import conv_im2col_a53 as im2col
 from edge_sdk.compiler.ops.common import ACC_SCOPE, NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner, vector_width
 
@@ -92,6 +93,9 @@ GEMM_ORDERS = ("rows_outer", "panels_outer", "panel_blocks")
 
 
 LLVM_TILE = "+llvm_tile"
+# A schedule suffix: the A53 assembly 12x8 tile (conv1x1_gemm_a53_12x8) instead of the 8x8 one, rows
+# rounded up to 12: a candidate priced per layer (fewer cycles a multiply-add, more padded rows).
+TILE_12X8 = "+a53_12x8"
 
 
 @register_candidates("float.gemm")
@@ -103,6 +107,16 @@ def _llvm_tile(workload: dict) -> list[str]:
                                                       workload["gate"]):
         return []
     return ["default" + LLVM_TILE]
+
+
+@register_candidates("float.gemm")
+def _a53_12x8_tile(workload: dict) -> list[str]:
+    """The 12x8 assembly tile in each loop order, where it applies (rows padded to 12 by at most a quarter)."""
+    simd = Simd(workload["isa"], 4, 32)
+    if workload["isa"] != "neon" or not a53.applies(simd, workload["m"], workload["k"], a53_12x8.MR, workload["nr"],
+                                                      workload["gate"]):
+        return []
+    return [order + TILE_12X8 for order in ("default",) + GEMM_ORDERS]
 
 
 def gemm_order(dims, simd: Simd) -> str:
@@ -138,13 +152,13 @@ def _panel_block(dims, simd: Simd) -> int:
     return _L1_BUDGET.get(simd.isa, 24 << 10) // (dims[1] * dims[3] * 4)
 
 
-def _asm_tile(simd: Simd, dims, gate: bool, order: str) -> bool:
-    """Whether the A53 assembly tile runs: conv1x1_gemm_a53.applies, and panel blocks that divide the
-    panels (a tail block's predicate does not match the intrinsic)."""
+def _asm_tile(simd: Simd, dims, gate: bool, order: str, mr: int = a53.MR) -> bool:
+    """Whether the A53 assembly tile of mr rows runs: conv1x1_gemm_a53.applies, and panel blocks that divide
+    the panels (a tail block's predicate does not match the intrinsic)."""
     m, k, npad, nr = dims
     nb = _panel_block(dims, simd)
-    return a53.applies(simd, m, k, a53.MR, nr, gate) and not (order == "panel_blocks" and nb >= 2
-                                                                and (npad // nr) % nb)
+    return a53.applies(simd, m, k, mr, nr, gate) and not (order == "panel_blocks" and nb >= 2
+                                                           and (npad // nr) % nb)
 
 
 def _rows_outer(dims, simd: Simd) -> bool:
@@ -219,13 +233,17 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
          name="edge_gemm", schedule: str = "default") -> tvm.tirx.PrimFunc:
     """A (m, k) @ Wp (npad/nr, k, nr) + bias (npad,) [G (k,) gating A's columns] [+ R (m, npad)]
     -> act -> (m, npad). `schedule`: a GEMM_ORDERS name, or "default" (gemm_order's rule); a suffix
-    LLVM_TILE ("default+llvm_tile") keeps LLVM's register tile where the A53 assembly tile is the rule."""
+    LLVM_TILE ("default+llvm_tile") keeps LLVM's register tile where the A53 assembly tile is the rule;
+    TILE_12X8 ("rows_outer+a53_12x8") takes the A53 assembly 12x8 tile where it applies (else LLVM's)."""
     act, residual = epi.act, epi.residual
     nr = nr or choose_nr(simd, m, npad)
     order, _, tile = schedule.partition("+")
     order = gemm_order((m, k, npad, nr), simd) if order == "default" else order
-    asm = tile != LLVM_TILE[1:] and _asm_tile(simd, (m, k, npad, nr), epi.gate, order)
-    mr = a53.MR if asm else pick_tile(m, simd.mr_max)
+    if tile and tile not in (LLVM_TILE[1:], TILE_12X8[1:]):
+        raise ValueError(f"{name}: unknown GEMM tile {tile!r} in schedule {schedule!r}")
+    tile12 = tile == TILE_12X8[1:] and _asm_tile(simd, (m, k, npad, nr), epi.gate, order, a53_12x8.MR)
+    asm = tile12 or (not tile and _asm_tile(simd, (m, k, npad, nr), epi.gate, order))
+    mr = a53_12x8.MR if tile12 else a53.MR if asm else pick_tile(m, simd.mr_max)
     mp = round_up(m, mr)  # the tail tile reads row m-1 again and stores nothing past row m
     a = te.placeholder((m, k), "float32", name="A")
     w = te.placeholder((npad // nr, k, nr), "float32", name="W")
@@ -261,7 +279,7 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     sch.parallel(outer[0])
     init = sch.decompose_reduction(cb, ck)
     if asm:
-        a53.tensorize_tile(sch, ck, k, outer[0], init)
+        a53.tensorize_tile(sch, ck, k, outer[0], init, tile=a53_12x8 if tile12 else None)
     if which is not None:
         _schedule_gate(sch, which, k, simd)
     return finish(sch, name, workload=workload)
