@@ -1,6 +1,8 @@
 """MobileNet's dequant -> float depthwise -> quantize+pack in bands of output rows (compiler/bitserial/graph.py
 dw_packed: the float maps stay in L2) against the numpy network reference, codes exact: bands forced small
-(one or two output rows, strided layers included) on the host and for pi3 under qemu."""
+(one or two output rows, strided layers included) on the host and for pi3 under qemu. The float path is what
+runs where the int16 depthwise on codes (graph.INT16_DEPTHWISE, tests/test_bitserial_dw_codes.py) is not exact;
+here it is forced for every layer."""
 import shutil
 
 import numpy as np
@@ -19,6 +21,7 @@ NET = dict(alpha=0.5, resolution=32, classes=10, seed=7, stem="int8")  # 16+ cha
 
 @pytest.fixture(params=[256, pytest.param(3000, marks=pytest.mark.slow)], ids=["1-row-bands", "wider-bands"])
 def small_bands(request, monkeypatch):
+    monkeypatch.setattr(graph, "INT16_DEPTHWISE", False)
     monkeypatch.setattr(graph, "DW_BAND_BYTES", request.param)
     return request.param
 
@@ -49,6 +52,7 @@ def test_banded_depthwise_matches_reference_under_qemu(monkeypatch):
         pytest.skip("needs g++-aarch64-linux-gnu and qemu-user")
     from tests.pi3_run import run_executable_on_pi3
 
+    monkeypatch.setattr(graph, "INT16_DEPTHWISE", False)
     monkeypatch.setattr(graph, "DW_BAND_BYTES", 256)
     net = binarized_mobilenet_v1(a_bits=2, w_bits=1, **NET)
     x = golden_input(net.input_shape, seed=4)

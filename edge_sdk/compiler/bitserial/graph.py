@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from edge_sdk.compiler.bitserial import io, kernels as ops, schedule
+from edge_sdk.compiler.bitserial.dw3x3_codes_int16 import dw3x3_codes_prim_func, integer_form
 from edge_sdk.compiler.bitserial.schedule import network_word
 from edge_sdk.compiler.bitserial.x86_popcnt import schedule_arch
 from edge_sdk.errors import CompileError
@@ -32,6 +33,7 @@ from edge_sdk.models.binarized import DwPw
 from edge_sdk.quant.bitserial import pack_conv_weights
 
 DW_BAND_BYTES = 192 * 1024  # graph._Emitter.dw_packed: a band's float depthwise input, kept in L2
+INT16_DEPTHWISE = True  # fused MobileNet depthwise on the codes in int16 where exact (False: the float bands)
 
 
 class _Emitter:
@@ -241,7 +243,10 @@ class _Emitter:
         input (DW_BAND_BYTES) stays in the A53's L2 (a53.py: 512 KB) with its output, the packed bands then
         joined: the float maps never go to DRAM. Exact: the depthwise's weights are snapped (any order)."""
         op = self.relax.op
-        _, h, w, _, _ = (int(x) for x in p.ty.shape)
+        _, h, w, cw, _ = (int(x) for x in p.ty.shape)
+        ints = integer_form(d, a_bits=self.net.a_bits, step=self.net.step) if INT16_DEPTHWISE else None
+        if ints is not None and cw * ops.WORD_BITS[self.word] == c:
+            return self.dw_codes(d, p, ints)
         oh, s, (top, left, _, right) = d.out_shape[1], d.stride, d.pad  # the bottom pad follows from i1
         rows = max(1, DW_BAND_BYTES // (w * c * 4 * s))
         if h * w * c * 4 <= 2 * DW_BAND_BYTES or rows >= oh:
@@ -253,6 +258,22 @@ class _Emitter:
             v = self.unpack_dequant(p, c, rows=(max(0, i0), min(h, i1)))
             bands.append(self.quantize_pack(self.dw_float(d, v, (max(0, -i0), left, max(0, i1 - h), right))))
         return self.bb.emit(op.concat(bands, axis=1), name_hint=f"{d.name}_packed")
+
+    def dw_codes(self, d, p, ints):
+        """The depthwise on packed codes in int16, codes out (bitserial/dw3x3_codes_int16.py): one kernel."""
+        pshape = [int(x) for x in p.ty.shape]
+        key = ("dw_codes", str(pshape), d.stride, d.pad)
+        gv = self._kernel(key, lambda: dw3x3_codes_prim_func(
+            pshape, ints, stride=d.stride, pad=d.pad, a_bits=self.net.a_bits, word=self.word,
+            lanes=8 if self.arch == "aarch64" else 16),
+            "bitserial_dw_codes")
+        n, oh, ow, c = d.out_shape
+        ty = self.relax.TensorType((n, oh, ow, pshape[3], self.net.a_bits), self.word)
+        var = self.bb.emit(self.relax.call_tir(gv, [p, self.const(ints.weight), self.const(ints.thresholds)], ty),
+                           name_hint=d.name)
+        self.aux_rows[var.name] = {"op": "depthwise_conv2d", "flops": 2 * 9 * n * oh * ow * c,
+                                   "epilogue": ["bias", "relu", "quantize", "bitpack"], "precision": "int16"}
+        return var
 
     def dw_pw(self, b, v, last: bool):
         """MobileNet layer: float depthwise + BN + ReLU on values v (or, fused, on (packed codes, channels): see
