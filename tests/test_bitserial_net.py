@@ -183,8 +183,13 @@ def test_pi3_package_golden_under_qemu(tmp_path):
                  "--variant", "w2a2", "--target", "pi3", "-o", str(pkg)]) == 0
     from edge_sdk.run import run_package
 
-    res = run_package(pkg, repeat=1, warmup=0)
-    assert res.emulated and res.golden_ok, res.golden_max_abs_err
+    for threads in (1, 4):  # each thread's stack scratch is its own (compiler/stack_scratch)
+        res = run_package(pkg, repeat=1, warmup=0, threads=threads, model=False)
+        assert res.emulated and res.golden_ok, (threads, res.golden_max_abs_err)
+    from edge_sdk.compiler.stack_scratch import workspace_hooks
+    from edge_sdk.package import open_package
+
+    assert workspace_hooks(open_package(pkg, tmp_path / "pkg").member("model.so")) == []
 
 
 # ---- through the CLI: compile_model, the package, the runner --------------------------------

@@ -193,10 +193,15 @@ def _assert_pi3_equals_tflite(path: Path, tmp_path: Path) -> None:
     ex.export_library(str(lib), fcompile=tgt.compiler())
     tvm.runtime.save_param_dict_to_file({k: tvm.runtime.tensor(v) for k, v in params.items()}, str(pfile))
     x = _input(path, 9)
-    res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53", how=LocalRun(repeat=1))
     ref = _tflite(path, x, reference=True)
-    np.testing.assert_array_equal(res.output, ref)
+    for threads in (1, 4):  # each thread's stack scratch is its own (compiler/stack_scratch)
+        res = run_compiled(lib=lib, params=pfile, input=x, arch="aarch64", emulate_cpu="cortex-a53",
+                           how=LocalRun(threads=threads, warmup=0, repeat=1))
+        np.testing.assert_array_equal(res.output, ref)
     assert len(np.unique(ref)) > 1
+    from edge_sdk.compiler.stack_scratch import workspace_hooks
+
+    assert workspace_hooks(lib) == []  # every kernel's scratch fits the stack budget: no runtime allocation
 
 
 # -- the tiled kernels' tile shapes and tails, against the numpy reference (itself checked against TFLite) --

@@ -1,6 +1,6 @@
 """timing/threads.py on a real 4-thread profile: our runner (the session's small pi3 MobileNetV1, conftest)
 at TVM_NUM_THREADS=4 under qemu with libtiming.so. The thread pool's waiting is left out of the threads'
-work; libtvm_runtime's other work (the per-call workspace allocations) is counted. No test asserts a speed.
+work; libtvm_runtime's other work (the VM's calls) is counted. No test asserts a speed.
 """
 from __future__ import annotations
 
@@ -58,13 +58,14 @@ def test_allocations_are_work_and_the_pool_is_not(four_threads):
     skip, lib = threads.runtime_blocks(pi), threads.library_blocks(pi)
     names = _functions(pi)
     ran = _ran(pi)
-    alloc = np.array([("AllocWorkspace" in n or "WorkspacePool" in n) for n in names]) & lib & ran
+    work = np.array([bool(n) and not threads.POOL.search(n) for n in names]) & lib & ran  # the VM's calls
     pool = np.array([bool(threads.POOL.search(n)) for n in names]) & lib & ran
-    assert alloc.any() and pool.any()
-    assert not skip[alloc].any()  # counted at N threads
-    assert skip[pool].all()       # left out
-    # every thread allocates (its own workspaces inside the regions), and the span carries the busiest's share
-    assert sum(c[alloc, 0].sum() > 0 for c in pi.counts.values()) >= 2
+    assert work.any() and pool.any()
+    assert not skip[work].any()  # counted at N threads
+    assert skip[pool].all()      # left out
+    # no thread takes kernel scratch from the runtime's WorkspacePool: each has it on its own stack
+    # (compiler/stack_scratch; before it, every thread allocated its workspaces inside the regions)
+    assert not (np.array(["Workspace" in n for n in names]) & ran).any()
     assert m["threads"] == 4 and m["regions"] > 0
 
 

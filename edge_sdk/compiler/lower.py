@@ -20,7 +20,8 @@ Steps (each one a Relax pass over "main"):
    transformed (Winograd's U = G g G^T, 4x the weights for F(4x4)) ship as stored, lifted before
    FoldConstant; split_load_transforms adds "infer_transform_params" (the runtime calls it once at
    load) and "infer" (main without the transforms) next to "main" (issue 13, lean packages).
-5. tvm.compile with the stock dataflow-lowering and VM finalization passes.
+5. tvm.compile with the stock dataflow-lowering and VM finalization passes and our TIR pipeline
+   (stack_scratch.compile_vm: kernels' scratch on the stack, not a runtime allocation per call).
 """
 from __future__ import annotations
 
@@ -269,10 +270,9 @@ def compile_relax(mod: tvm.IRModule, target, *, progress=None, kernel_sites: lis
             kernel_sites.extend(s for s in call_sites(mod, emitted) if not s["name"].startswith(_LOAD_TRANSFORMS))
         mod = split_load_transforms(mod)
         say(f"lifted {len(params)} parameters ({sum(a.nbytes for a in params.values()) / 1e6:.1f} MB)")
-        from tvm.relax.backend.cpu_generic import pipeline as cpu
+        from edge_sdk.compiler.stack_scratch import compile_vm
 
-        finish = tvm.transform.Sequential(cpu.dataflow_lower_passes(tvm_target) + cpu.finalize_passes(tvm_target))
-        ex = tvm.compile(mod, target=tvm_target, relax_pipeline=finish)
+        ex = compile_vm(mod, tvm_target)
     except (RuntimeError, ValueError) as err:  # TVM raises RuntimeError subclasses
         raise CompileError(f"compiling for target '{target.name}' failed: {err}") from err
     say(f"compiled for {target.name} in {time.perf_counter() - t0:.1f} s")

@@ -59,17 +59,16 @@ def relax_module(built: Built):
 def build_library(built: Built, target, out_dir: Path) -> tuple[Path, Path]:
     """Compile and cross-link the standalone kernel: (model.so, params.bin) in out_dir."""
     import tvm
-    from tvm.relax.backend.cpu_generic import pipeline as cpu
 
     from edge_sdk.compiler.ops.common import WORKLOAD_ATTR
+    from edge_sdk.compiler.stack_scratch import compile_vm
 
     if built.func.attrs is not None and WORKLOAD_ATTR in built.func.attrs:
         built = Built(built.func.without_attr(WORKLOAD_ATTR), built.args, built.out)
     mod, params = relax_module(built)
     tt = target.tvm_target()
     with tt:
-        finish = tvm.transform.Sequential(cpu.dataflow_lower_passes(tt) + cpu.finalize_passes(tt))
-        ex = tvm.compile(mod, target=tt, relax_pipeline=finish)
+        ex = compile_vm(mod, tt)
     lib, pbin = out_dir / "model.so", out_dir / "params.bin"
     fcompile = target.compiler()
     if fcompile is None:

@@ -95,10 +95,9 @@ def compile_int8(path: Path | Int8Graph, target, *, progress=None, kernel_sites:
                 from edge_sdk.compiler.kernel_map import call_sites
 
                 kernel_sites.extend(call_sites(mod, emitted))
-        from tvm.relax.backend.cpu_generic import pipeline as cpu
+        from edge_sdk.compiler.stack_scratch import compile_vm
 
-        finish = tvm.transform.Sequential(cpu.dataflow_lower_passes(tvm_target) + cpu.finalize_passes(tvm_target))
-        ex = tvm.compile(mod, target=tvm_target, relax_pipeline=finish)
+        ex = compile_vm(mod, tvm_target)
     except (RuntimeError, ValueError) as err:  # TVM raises RuntimeError subclasses
         raise CompileError(f"{path}: compiling int8 for target '{target.name}' failed: {err}") from err
     say(f"compiled int8 for {target.name} in {time.perf_counter() - t0:.1f} s")
