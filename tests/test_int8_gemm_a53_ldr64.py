@@ -126,3 +126,76 @@ def test_ldr64_is_a_gemm8_candidate_beside_the_llvm_steps():
     base = {"x": [1, 28, 28, 256], "w": [1, 1, 256, 256], "stride": [1, 1], "dilation": [1, 1], "out_hw": [28, 28]}
     got = candidates("int8.gemm8", base)
     assert {"rows_outer/ldr64", "weights_outer/ldr64", "rows_outer/tmp"} <= set(got)
+
+
+# the strip kernel (gemm_int8_a53_strip, step "strip"): (x shape, co, kernel, stride, padding, schedule); the
+# strips cover odd and even block counts (the two-tile loop body), one / two / many tiles, both shared operands
+STRIP_CASES = [
+    ((1, 7, 5, 32), 20, (1, 1), (1, 1), "VALID", "rows_outer/strip"),      # 2 blocks, 5 channel tiles: no tile loop
+    ((1, 4, 5, 48), 10, (1, 1), (1, 1), "VALID", "weights_outer/strip"),   # 3 blocks, 5 row tiles (odd nb: 2-tile body)
+    ((2, 3, 5, 64), 32, (1, 1), (1, 1), "VALID", "rows_outer/strip"),      # 4 blocks, 8 tiles a strip: the tile loop
+    ((1, 6, 6, 80), 8, (1, 1), (1, 1), "VALID", "rows_outer/strip"),       # 5 blocks, 2 tiles: first and last only
+    ((1, 5, 7, 144), 24, (1, 1), (1, 1), "VALID", "weights_outer/strip"),  # 9 blocks, the inner loop in every tile
+    ((1, 3, 3, 512), 48, (1, 1), (1, 1), "VALID", "rows_outer/strip"),     # 32 blocks, 12 tiles: 2 strips of 6
+    ((1, 6, 7, 16), 12, (3, 3), (2, 2), "SAME", "weights_outer/strip"),   # 3x3 stride 2, padding taps
+    ((1, 20, 18, 3), 16, (7, 7), (2, 2), "SAME", "rows_outer/strip"),     # the stem's pre-padded rows, half tail, nb 11
+    ((1, 4, 7, 72), 12, (1, 1), (1, 1), "VALID", "weights_outer/strip"),   # half tail after the inner loop, 5 blocks
+]
+
+
+def _unrolled_all(lines: list[str]) -> list[str]:
+    """The strip kernel's lines with every loop (tile loop "2:", inner loop "1:") repeated as often as it runs."""
+    def expand(ls, label, counter):
+        out, i = [], 0
+        while i < len(ls):
+            if ls[i] == f"{label}:":
+                n = int(out.pop().split("#")[1])  # the "mov counter, #n" just before the label
+                end = ls.index(f"b.ne {label}b", i)
+                body = ls[i + 1:end - 1]  # without the subs / b.ne
+                out += body * n
+                i = end + 1
+                continue
+            out.append(ls[i])
+            i += 1
+        return out
+    return expand(expand(lines, "2", "x17"), "1", "x13")
+
+
+@pytest.mark.parametrize("nb,nt,half,shared", [(2, 1, False, "A"), (2, 2, False, "W"), (3, 5, False, "A"),
+                                               (4, 8, False, "W"), (11, 16, True, "A"), (36, 7, False, "A"),
+                                               (5, 4, True, "W")])
+def test_strip_text_is_the_tile_nt_times(nb, nt, half, shared):
+    """Unrolled, the strip is nt tiles of the ldr64 tile's operations: 16 nb smull a tile (smlal2 but for a half
+    tail's last step), one saddlp a pair in step 0 and sadalp after, 12 addp and 4 stores a tile, no 128-bit load
+    after the first step's, and every ldr d of a full operand followed by its ldr x and ins."""
+    from edge_sdk.compiler.int8 import gemm_int8_a53_strip as strip8
+
+    lines = _unrolled_all(strip8.kernel_lines(nb, nt, half, shared))
+    ops = [x.split()[0] for x in lines]
+    assert ops.count("smull") == 16 * nb * nt
+    assert ops.count("smlal2") == 16 * (nb - (1 if half else 0)) * nt
+    assert ops.count("saddlp") == 16 * nt and ops.count("sadalp") == 16 * (nb - 1) * nt
+    assert ops.count("addp") == 12 * nt and ops.count("str") == 4 * nt
+    assert ops.count("ins") == sum(x.startswith("ldr x") for x in lines) <= sum(x.startswith("ldr d") for x in lines)
+    assert sum(x.startswith("ldr d") for x in lines) == 8 * (nb * nt - 1)  # every operand after tile 0's step 0
+    assert not [x for x in lines[8:] if x.startswith(("ldr q", "ldp q", "ld1"))]
+    # the shared operand's base register is never written: every tile reads the same rows (or weights)
+    base = "$0" if shared == "A" else "$1"
+    assert not [x for x in lines if x.split()[0] in ("add", "sub", "mov") and x.split()[1].rstrip(",") == base]
+
+
+@pytest.mark.qemu
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or shutil.which("qemu-aarch64") is None,
+                    reason="needs g++-aarch64-linux-gnu and qemu-user")
+def test_a53_strip_under_qemu_equals_reference():
+    cases = [_case(100 + i, *c) for i, c in enumerate(STRIP_CASES)]
+    for _, k, _ in cases:
+        assert "edge_a53_i8gemm_strip" in k.func.body.script()
+    out = _run_pi3([k for _, k, _ in cases], [x for x, _, _ in cases])
+    at = 0
+    for case, (_, k, ref) in zip(STRIP_CASES, cases):
+        size = int(np.prod(k.out_shape))
+        got = out[at:at + size].reshape(k.out_shape)[:, :ref.shape[-1]].reshape(ref.shape)
+        at += size
+        np.testing.assert_array_equal(got, ref, err_msg=str(case))
+    assert at == out.size

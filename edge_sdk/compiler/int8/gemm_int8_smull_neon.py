@@ -32,6 +32,7 @@ from tvm.script import tirx as T
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
 from edge_sdk.compiler.int8 import gemm_int8_a53_ldr64 as a53
+from edge_sdk.compiler.int8 import gemm_int8_a53_strip as strip8
 from edge_sdk.compiler.int8 import smull_step_variants
 from edge_sdk.compiler.int8 import im2col_int8_rows as rows8
 from edge_sdk.compiler.int8.gemm_int8_widen16 import ConvGeom
@@ -188,7 +189,9 @@ def _a8(x, kdims, geom: ConvGeom, in_zp: int):
 # compile/choice candidates ("int8.gemm8"): "<order>/<step>", order the outer tile loop, step the 4x4x16 step
 # ("tmp": SMULL_4x4, "notmp": smull_step_variants', "ldr64": gemm_int8_a53_ldr64's assembly tile over all
 # blocks); "default" is the rule (npad > m: weights outer) + ldr64 (tmp for a single block).
-GEMM8_SCHEDULES = tuple(f"{o}/{s}" for o in ("rows_outer", "weights_outer") for s in ("tmp", "notmp", "ldr64"))
+# "strip": gemm_int8_a53_strip's tiles, a strip of up to STRIP_TILES tiles sharing one operand in one call.
+GEMM8_SCHEDULES = tuple(f"{o}/{s}" for o in ("rows_outer", "weights_outer") for s in ("tmp", "notmp", "ldr64", "strip"))
+STRIP_TILES = 8
 
 
 def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, padded_rows: bool = True,
@@ -226,18 +229,27 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, pa
     # the assembly tile by default from 2 blocks on: at one block its fixed cost a tile (operand and C round
     # trips, ~60 cycles) outweighs the step (112x112x16 -> 96, modelled pi3: 15.79 vs 14.50 M cycles)
     asm = step == a53.SCHEDULE_STEP or (schedule == "default" and nb >= 2)
-    acc = (_acc_sums if asm else _acc_lanes)(a8, wt, nb, mp, npad)
-    biased = te.compute((mp, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
+    wo = (npad > m) if schedule == "default" else order == "weights_outer"
+    # a strip of one tile is the ldr64 tile (a prime tile count over STRIP_TILES too): that kernel instead
+    strip = step == strip8.SCHEDULE_STEP and nb >= 2 and strip_tiles(m, npad, wo) > 1
+    asm = asm or (step == strip8.SCHEDULE_STEP and not strip and nb >= 2)
+    if strip:
+        asm = False
+        acc3 = _acc_strip(a8, wt, nb, mp, npad, wo)
+        biased = te.compute((mp, npad), lambda i, j: (acc3[i // MR, i % MR, j] if wo else acc3[i, j // NR, j % NR])
+                            + bt[j], name="biased")
+    else:
+        acc = (_acc_sums if asm else _acc_lanes)(a8, wt, nb, mp, npad)
+        biased = te.compute((mp, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
     lo, hi = rq.act
     out = te.compute((m, npad), lambda i, j: fp.clamp_int8_32(
         fp.mbqm32_neon(biased[i, j], mt[j], rt_[j]) + tirx.const(rq.out_zp, "int32"), lo, hi), name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
     # a row's taps are slices of x (the bounds and tail guards do not depend on c: TVM keeps them a branch)
     # the stem's rows (7 x 3 halves in 11 blocks): the last block's high half is zero weights, a smull-only step
-    half_tail = asm and nb >= 2 and not wp[:, -1, :, rows8.HALF:].any()
-    _schedule(sch, m=m, npad=npad, plain_copy=plain, red_b=nb,
-              weights_outer=None if schedule == "default" else order == "weights_outer", notmp=step == "notmp",
-              asm=asm, half_tail=half_tail)
+    half_tail = (asm or strip) and nb >= 2 and not wp[:, -1, :, rows8.HALF:].any()
+    _schedule(sch, m=m, npad=npad, plain_copy=plain, red_b=nb, weights_outer=wo, notmp=step == "notmp",
+              asm=asm, half_tail=half_tail, strip=strip)
     return finish(sch, name), wp, npad
 
 
@@ -262,18 +274,49 @@ def _acc_sums(a8, wt, nb: int, mp: int, npad: int):
         name="acc")
 
 
+def strip_tiles(m: int, npad: int, weights_outer: bool) -> int:
+    """Tiles in one strip: the largest divisor of the inner tile loop's extent up to STRIP_TILES."""
+    return largest_divisor((round_up(m, MR) if weights_outer else npad) // MR, STRIP_TILES)
+
+
+def _acc_strip(a8, wt, nb: int, mp: int, npad: int, weights_outer: bool):
+    """The strip kernel's sums (gemm_int8_a53_strip): rows outer acc[i, t, j] (mp, npad/4, 4), channel tiles t;
+    weights outer acc[t, i, j] (mp/4, 4, npad), row tiles t."""
+    rb, rt = te.reduce_axis((0, nb), "rb"), te.reduce_axis((0, KB), "rt")
+    if weights_outer:
+        return te.compute((mp // MR, MR, npad), lambda t, i, j: te.sum(
+            a8[t, rb, i, rt].astype("int32") * wt[j // NR, rb, j % NR, rt].astype("int32"), axis=[rb, rt]), name="acc")
+    return te.compute((mp, npad // NR, NR), lambda i, t, j: te.sum(
+        a8[i // MR, rb, i % MR, rt].astype("int32") * wt[t, rb, j, rt].astype("int32"), axis=[rb, rt]), name="acc")
+
+
 def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int, weights_outer: bool | None = None,
-              notmp: bool = False, asm: bool = False, half_tail: bool = False) -> None:
+              notmp: bool = False, asm: bool = False, half_tail: bool = False, strip: bool = False) -> None:
     """Row tiles x channel tiles (the bigger operand's panel outer), A's rows copied per row tile, the
-    4x4x16 step tensorized under the reduction loops, the lane sums and requantize vectorized over 4."""
+    4x4x16 step tensorized under the reduction loops, the lane sums and requantize vectorized over 4.
+    strip: the inner tile loop cut in strips of up to STRIP_TILES tiles, each strip's sums one call of
+    gemm_int8_a53_strip's kernel (the bias add inlined into the requantize)."""
     ab, cb, bb, ob = (sch.get_sblock(n) for n in ("a8", "acc", "biased", "out"))
-    sb = None if asm else sch.get_sblock("lanesum")
+    sb = None if asm or strip else sch.get_sblock("lanesum")
     i, j = sch.get_loops(ob)
     mo, mi = sch.split(i, [None, MR])
     no, ni = sch.split(j, [None, NR])
     if weights_outer is None:
         weights_outer = npad > m  # keep the bigger operand's panel in cache
     outer = [no, mo] if weights_outer else [mo, no]
+    if strip:
+        nt = strip_tiles(m, npad, weights_outer)
+        sch.reorder(*outer, mi, ni)
+        so, _ = sch.split(outer[1], [None, nt])
+        sch.compute_inline(bb)
+        sch.compute_at(cb, so)
+        sch.set_scope(cb, 0, ACC_SCOPE)
+        _place_rows(sch, ab, outer, weights_outer, plain_copy)
+        sch.parallel(outer[0])
+        sch.unroll(mi)
+        sch.vectorize(ni)
+        _tensorize_strip(sch, cb, red_b, nt, outer[0], half_tail, weights_outer)
+        return
     sch.reorder(*outer, mi, ni)
     for blk in (bb, sb, cb) if sb is not None else (bb, cb):
         sch.compute_at(blk, outer[1])
@@ -281,16 +324,7 @@ def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int, wei
     bl = sch.get_loops(bb)[2:]
     sch.unroll(bl[0])
     sch.vectorize(bl[1])
-    if weights_outer:
-        sch.parallel(sch.get_loops(ab)[0])
-    else:
-        sch.compute_at(ab, outer[0])
-    if plain_copy == rows8.HALF:  # 8-byte vector copies out of the pre-padded rows
-        sch.vectorize(sch.split(sch.get_loops(ab)[-1], [None, rows8.HALF])[1])
-        pa, py, _ = sch.get_loops(sch.get_sblock("xpad"))
-        sch.parallel(sch.fuse(pa, py))
-    elif plain_copy:  # 16-byte vector copies
-        sch.vectorize(sch.get_loops(ab)[-1])
+    _place_rows(sch, ab, outer, weights_outer, plain_copy)
     sch.parallel(outer[0])
     sch.unroll(mi)
     sch.vectorize(ni)
@@ -321,6 +355,32 @@ def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int, wei
     init = sch.get_sblock("lanesum_init")
     sch.vectorize(sch.get_loops(init)[-1])
 
+
+
+def _place_rows(sch, ab, outer, weights_outer: bool, plain_copy: bool | int) -> None:
+    """A's packed rows: all of them first in parallel (weights outer) or each row tile's in its loop."""
+    if weights_outer:
+        sch.parallel(sch.get_loops(ab)[0])
+    else:
+        sch.compute_at(ab, outer[0])
+    if plain_copy == rows8.HALF:  # 8-byte vector copies out of the pre-padded rows
+        sch.vectorize(sch.split(sch.get_loops(ab)[-1], [None, rows8.HALF])[1])
+        pa, py, _ = sch.get_loops(sch.get_sblock("xpad"))
+        sch.parallel(sch.fuse(pa, py))
+    elif plain_copy:  # 16-byte vector copies
+        sch.vectorize(sch.get_loops(ab)[-1])
+
+
+def _tensorize_strip(sch, cb, red_b: int, nt: int, outer_loop, half_tail: bool, weights_outer: bool) -> None:
+    """The strip's (tile, 4, 4, NB, 16) accumulator nest as one call of gemm_int8_a53_strip's kernel."""
+    shared = "W" if weights_outer else "A"
+    l0, l1, l2, rb, rt = sch.get_loops(cb)[-5:]
+    t, i, j = (l0, l1, l2) if weights_outer else (l1, l0, l2)
+    sch.reorder(t, rb, i, j, rt)
+    sch.decompose_reduction(cb, t)
+    sch.vectorize(sch.get_loops(sch.get_sblock("acc_init"))[-1])
+    sch.tensorize(t, strip8.intrin(red_b, nt, half_tail, shared))
+    sch.annotate(outer_loop, "pragma_import_llvm", strip8.llvm_ir(red_b, nt, half_tail, shared))
 
 
 def _tensorize_asm(sch, cb, red_b: int, outer_loop, half_tail: bool = False) -> None:
