@@ -21,8 +21,10 @@ byte a weight). The 16-deep step is a tensor intrinsic (its body calls llvm.aarc
 saddlp; LLVM fuses the adds into smlal2 / sadalp), one reduction loop over all blocks, 4 steps
 unrolled; the epilogue sums each accumulator's 4 lanes (addp, a second intrinsic, so the accumulators
 stay whole q registers), adds the folded bias and runs gemm's 32-bit requantize. By default on NEON the
-whole reduction of a tile is instead one call of gemm_int8_a53_ldr64's assembly tile (the same step with
-ncnn's A53 operand loads, lane sums included; step "ldr64"); the LLVM steps stay compile/choice candidates.
+whole reduction of a strip of up to STRIP_TILES tiles is instead one call of gemm_int8_a53_strip's assembly
+(gemm_int8_a53_ldr64's tile with ncnn's A53 operand loads, lane sums included, pipelined from tile to tile;
+step "strip"), or where a strip would be one tile, one call of gemm_int8_a53_ldr64's tile (step "ldr64");
+the LLVM steps stay compile/choice candidates.
 """
 from __future__ import annotations
 
@@ -188,10 +190,10 @@ def _a8(x, kdims, geom: ConvGeom, in_zp: int):
 
 # compile/choice candidates ("int8.gemm8"): "<order>/<step>", order the outer tile loop, step the 4x4x16 step
 # ("tmp": SMULL_4x4, "notmp": smull_step_variants', "ldr64": gemm_int8_a53_ldr64's assembly tile over all
-# blocks); "default" is the rule (npad > m: weights outer) + ldr64 (tmp for a single block).
-# "strip": gemm_int8_a53_strip's tiles, a strip of up to STRIP_TILES tiles sharing one operand in one call.
+# blocks; "strip": gemm_int8_a53_strip's strip of up to STRIP_TILES tiles sharing one operand, one call); "default" is
+# the rule (npad > m: weights outer) + strip (ldr64 where a strip is one tile, tmp for a single block).
 GEMM8_SCHEDULES = tuple(f"{o}/{s}" for o in ("rows_outer", "weights_outer") for s in ("tmp", "notmp", "ldr64", "strip"))
-STRIP_TILES = 8
+STRIP_TILES = 8  # 16 at the stem (1 KB of C) priced worse: C went to TVMBackendAllocWorkspace + a memset
 
 
 def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, padded_rows: bool = True,
@@ -231,7 +233,10 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, pa
     asm = step == a53.SCHEDULE_STEP or (schedule == "default" and nb >= 2)
     wo = (npad > m) if schedule == "default" else order == "weights_outer"
     # a strip of one tile is the ldr64 tile (a prime tile count over STRIP_TILES too): that kernel instead
-    strip = step == strip8.SCHEDULE_STEP and nb >= 2 and strip_tiles(m, npad, wo) > 1
+    # by default from 2 blocks on: the strip (priced alone on pi3, modelled cycles, ldr64 -> strip: ResNet18 int8's
+    # stem 7x7 s2 39.28 -> 39.00 M, 3x3 s2 64->128 @56 14.34 -> 14.22, 128->256 @28 13.87 -> 13.66, 1x1 s2 64->128
+    # @56 2.23 -> 2.14); where a strip would be one tile, the ldr64 tile
+    strip = (step == strip8.SCHEDULE_STEP or schedule == "default") and nb >= 2 and strip_tiles(m, npad, wo) > 1
     asm = asm or (step == strip8.SCHEDULE_STEP and not strip and nb >= 2)
     if strip:
         asm = False

@@ -27,7 +27,7 @@ from edge_sdk.compiler.int8 import winograd_int8_a53_smlal as a53s
 from edge_sdk.compiler.int8.gemm_int8_widen16 import SMLAL_8x8, _register_intrin
 from edge_sdk.compiler.int8.winograd_int8_f23 import (AT, NR, SCHEDULE, TR, _coef, _input_transform, applies,
                                                       pack_weight_f23, schedule_output_tile, tiles)
-from edge_sdk.compiler.ops.common import ACC_SCOPE, finish, round_up
+from edge_sdk.compiler.ops.common import ACC_SCOPE, drop_init_of_storing_call, finish, round_up
 
 U_ONE_GROUP_BYTES = 1 << 20  # U (16 x CI x COpad int16) above this: one group, U streamed from DRAM once
 SMALL_GROUP = 2  # else: 2 tile blocks a group (priced best alone at 56x56x64 and 28x28x128)
@@ -159,6 +159,8 @@ def _schedule(sch, group: int, asm_ci: int | None = None, vt: bool = False) -> N
         sch.vectorize(sch.get_loops(mb)[-1])
     else:
         sch.tensorize(ti2, (a53s.intrin_cl if vt else a53s.intrin)(asm_ci, 16))
+        # the step writes M (smull first, module doc of winograd_int8_a53_smlal): M's zeroing is dead
+        drop_init_of_storing_call(sch, sch.get_sblock("M_o"))
         sch.annotate(tg, "pragma_import_llvm", (a53s.llvm_ir_cl if vt else a53s.llvm_ir)(asm_ci, 16))
     sch.unroll(ya)
     sch.unroll(zb)

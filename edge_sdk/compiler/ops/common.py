@@ -170,6 +170,21 @@ def mark_scheduled(func: tvm.tirx.PrimFunc, name: str) -> tvm.tirx.PrimFunc:
                             "tirx.noalias": True})
 
 
+def drop_init_of_storing_call(sch: s_tir.Schedule, block) -> None:
+    """Remove the zeroing (T.init) of a tensorized reduction block whose body is one call that writes every
+    element of the block's write region and reads none of it (an assembly kernel that stores its sums): the
+    zeroing is dead, and LLVM keeps it (the call is opaque to it). The caller guarantees the kernel stores."""
+    blk = sch.get(block)
+    if blk.init is None:
+        return
+    reads = {r.source.name for r in blk.reads}
+    if any(w.source.name in reads for w in blk.writes):
+        raise ValueError(f"{blk.name_hint}: the block reads what it writes; its zeroing is not dead")
+    new = s_tir.SBlock(blk.iter_vars, blk.reads, blk.writes, blk.name_hint, blk.body, None, blk.alloc_buffers,
+                       blk.match_buffers, blk.annotations)
+    sch.state.replace(sch.get_sref(block), new, {blk: new})
+
+
 def finish(sch: s_tir.Schedule, name: str, *, workload: tvm.tirx.PrimFunc | None = None) -> tvm.tirx.PrimFunc:
     """Mark the scheduled PrimFunc so no later pass (dlight, fusion) re-schedules or merges it.
 
