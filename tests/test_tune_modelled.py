@@ -92,3 +92,55 @@ def test_candidates_priced_at_once_match_one_at_a_time_and_are_then_served_from_
     assert (prices.misses, prices.hits) == (2, 2)
     assert len(list((tmp_path / "prices").glob("*.json"))) == 2
 
+
+
+def _same_signature_kernels():
+    """Ours (a cheap kernel) and a candidate ~100x dearer on the same arguments (4096 floats in, 4096 out)."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((4096,), "float32", name="a")
+    cheap = te.compute((4096,), lambda i: a[i] * 2.0, name="cheap")
+    k = te.reduce_axis((0, 64), name="k")
+    dear = te.compute((4096,), lambda i: te.sum(a[i] * k.astype("float32"), axis=k), name="dear")
+    return [tvm.IRModule({"main": te.create_prim_func([a, out]).with_attr("global_symbol", "main")})
+            for out in (cheap, dear)]
+
+
+def test_a_candidate_far_dearer_than_ours_is_cut_after_its_first_run_with_a_close_estimate(cache, tmp_path):
+    """Against ours, a candidate priced > CUT x ours by its first run is not run again: its price is that estimate
+    (within 10 % of its exact price here), never cached; ours against itself is priced exactly."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    from edge_sdk.targets import get_target
+    from edge_sdk.tune.device_runner import export_for
+    from edge_sdk.tune.measure import PooledBuilder
+    from edge_sdk.tune.modelled_runner import CUT, ModelledRunner, PriceCache
+
+    target = get_target("pi3")
+    mods = _same_signature_kernels()
+    builder = PooledBuilder(export_for(target))
+    try:
+        built = builder.build([BuilderInput(m, target.tvm_target()) for m in mods])
+    finally:
+        builder.close()
+    assert all(b.error_msg is None for b in built), [b.error_msg for b in built]
+    inputs = [RunnerInput(b.artifact_path, "cpu", ArgInfo.from_prim_func(m["main"])) for b, m in zip(built, mods)]
+
+    exact = ModelledRunner(target, workers=2, cache=PriceCache(None))
+    [f.result() for f in exact.run(inputs)]
+    ours, dear = exact.last
+    assert not ours.estimated and not dear.estimated and dear.call > CUT * ours.call
+
+    prices = PriceCache(tmp_path / "prices")
+    searching = ModelledRunner(target, workers=2, cache=prices)
+    searching.ours = ours
+    results = [f.result() for f in searching.run(inputs)]
+    again, cut = searching.last
+    assert again == ours and not again.estimated
+    assert cut.estimated and searching.cut == 1
+    assert abs(cut.call - dear.call) < 0.1 * dear.call
+    assert float(results[1].run_secs[0]) == cut.call / (target.clock_ghz * 1e9)
+    assert len(list((tmp_path / "prices").glob("*.json"))) == 1  # ours only: an estimate is never a cached price

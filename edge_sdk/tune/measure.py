@@ -17,6 +17,7 @@ import os
 import shutil
 import statistics
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,6 +155,20 @@ class Measurer:
         if self.deterministic:
             return "modelled A53 seconds of one call (deterministic: one run each) x 1e3"
         return "median of interleaved repeats, seconds per call x 1e3"
+
+    @contextmanager
+    def cutting(self):
+        """While searching: the modelled runner cuts candidates against the kernel time() priced last (ours;
+        tune/modelled_runner.py); the other runners time every candidate in full."""
+        last = getattr(self.runner, "last", None) if self.deterministic else None
+        if not last or last[0] is None:
+            yield
+            return
+        self.runner.ours = last[0]
+        try:
+            yield
+        finally:
+            self.runner.ours = None
 
     def time(self, funcs: list, *, rounds: int = 3) -> list[float]:
         """Median seconds per call of each PrimFunc, timed interleaved `rounds` times (once when the runner is

@@ -79,7 +79,8 @@ class TuneResult:
     out: Path
     rows: list[Row] = field(default_factory=list)
     untunable: list[str] = field(default_factory=list)
-    prices: dict | None = None  # modelled clock only: {"run": candidates priced under qemu, "cached": from the cache}
+    prices: dict | None = None  # modelled clock only: {"run": priced under qemu, "cached": from the cache, "cut": of
+    # those run, how many were cut against ours after their first run (their price an estimate)}
 
     def __str__(self) -> str:
         lines = [f"tuned {len(self.rows)} kernel workload(s) for {self.target}; records in {self.out / self.target}"]
@@ -91,7 +92,8 @@ class TuneResult:
         if self.untunable:
             lines.append(f"  not tunable (no workload on the kernel): {', '.join(self.untunable)}")
         if self.prices:
-            lines.append(f"  modelled prices: {self.prices['run']} run under qemu, {self.prices['cached']} from the cache")
+            lines.append(f"  modelled prices: {self.prices['run']} run under qemu ({self.prices['cut']} cut against ours after "
+                         f"their first run), {self.prices['cached']} from the cache")
         return "\n".join(lines)
 
 
@@ -154,7 +156,7 @@ def tune_model(model, target, *, search: Search, out_root: Path, kernels: list[s
     finally:
         cache = getattr(measurer.runner, "cache", None)
         if cache is not None:
-            result.prices = {"run": cache.misses, "cached": cache.hits}
+            result.prices = {"run": cache.misses, "cached": cache.hits, "cut": measurer.runner.cut}
         measurer.close()
     return result
 
@@ -182,7 +184,7 @@ def _tune_one(wl: Workload, at: tuple[int, int], target, *, search: Search, out_
     tvm_target = target.tvm_target()
     if done < trials:
         left = trials - done
-        with metaschedule_logging():
+        with metaschedule_logging(), measurer.cutting():
             ms.tune_tir(mod, tvm_target, str(wdir), max_trials_global=left, num_trials_per_iter=min(left, TRIALS_PER_ITER),
                         builder=measurer.builder, runner=measurer.runner, database=db,
                         strategy=ms.search_strategy.EvolutionarySearch(population_size=POPULATION,
