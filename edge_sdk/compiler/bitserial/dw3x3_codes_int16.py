@@ -117,10 +117,14 @@ def dw3x3_codes_prim_func(pshape, ints: IntegerDw, *, stride: int, pad, a_bits: 
             v = v | pl
         return tirx.if_then_else(tirx.all(yy >= 0, yy < h, xx >= 0, xx < w), v, tirx.const(0, "int16"))
 
-    xp = te.compute((n, h + t + b, w + l + r, c), unpacked, name="unpack")
+    # channel blocks outside the pixels: a block's taps along a row are adjacent 16-byte vectors (a pixel's
+    # channels side by side put the taps a multiple of 1 KB apart at 512 channels, all in 8 of the L1's 128 sets)
+    cv = min(lanes, c)
+    xp = te.compute((n, h + t + b, c // cv, w + l + r, cv), lambda a, y, cb, x, ci: unpacked(a, y, x, cb * cv + ci),
+                    name="unpack")
     ry, rx = te.reduce_axis((0, 3), "ry"), te.reduce_axis((0, 3), "rx")
     acc = te.compute((n, oh, ow, c), lambda a, y, x, ch: te.sum(
-        xp[a, y * stride + ry, x * stride + rx, ch] * wt[ry, rx, ch], axis=[ry, rx]), name="acc")
+        xp[a, y * stride + ry, ch // cv, x * stride + rx, ch % cv] * wt[ry, rx, ch], axis=[ry, rx]), name="acc")
 
     def codes(a, y, x, ch):
         s = acc[a, y, x, ch]
@@ -141,31 +145,34 @@ def dw3x3_codes_prim_func(pshape, ints: IntegerDw, *, stride: int, pad, a_bits: 
     qb, ab, ub, bb = (sch.get_sblock(s) for s in ("codes", "acc", "unpack", "bits"))
     sch.compute_at(bb, pw)
     sch.set_scope(bb, 0, TILE_SCOPE)
-    sch.compute_at(qb, row)
+    sch.compute_at(qb, band)  # a band's codes, then its rows packed
     sch.set_scope(qb, 0, TILE_SCOPE)
-    xt, cv = _pixel_tile(ow), min(lanes, c)
-    inner = sch.get_loops(qb)[2:]  # (pixels,) channels: compute_at drops unit loops
-    qc = inner[-1]
-    co, ci = sch.split(qc, [None, cv])
-    if len(inner) == 2:
-        xo, xi = sch.split(inner[0], [None, xt])
-        sch.reorder(co, xo, xi, ci)  # a channel block's 9 weight vectors stay in registers along the row
-    else:
-        xo = xi = co
-    sch.compute_at(ab, xo)
+    xt = _pixel_tile(ow)
+    inner = sch.get_loops(qb)[1:]  # (rows,) (pixels,) channels: compute_at drops unit loops
+    co, ci = sch.split(inner[-1], [None, cv])
+    ys = inner[:-2] if ow > 1 else inner[:-1]
+    xo = xi = None
+    if ow > 1:
+        xo, xi = sch.split(inner[-2], [None, xt])
+    # channel blocks outermost: a block's 9 weight vectors stay in registers over the band's rows
+    sch.reorder(co, *ys, *[lp for lp in (xo, xi) if lp is not None], ci)
+    at = xo if xo is not None else (ys[-1] if ys else co)
+    sch.compute_at(ab, at)
     sch.set_scope(ab, 0, TILE_SCOPE)
-    n_outer = [sch.get(lp) for lp in sch.get_loops(ab)].index(sch.get(xo)) + 1
+    n_outer = [sch.get(lp) for lp in sch.get_loops(ab)].index(sch.get(at)) + 1
     red = tile_inner(sch, ab, n_outer, [xt, cv], [3, 3], vec=True)
     for lp in red:
         sch.unroll(lp)
     sch.decompose_reduction(ab, red[0])
-    if xt > 1:
+    if xi is not None and xt > 1:
         sch.unroll(xi)
     sch.vectorize(ci)
     sch.compute_at(ub, band)
     sch.set_scope(ub, 0, TILE_SCOPE)
-    uy, ux, uc = sch.get_loops(ub)[-3:]
-    sch.vectorize(sch.split(uc, [None, min(wb, c)])[1])
+    uloops = sch.get_loops(ub)  # (rows, channel blocks, pixels, lanes): a pixel's words read once, in order
+    if c // cv > 1:
+        sch.reorder(uloops[-2], uloops[-3])
+    sch.vectorize(uloops[-1])
     bl = sch.get_loops(bb)
     if a_bits > 1:
         sch.unroll(bl[-2])
