@@ -122,6 +122,23 @@ def test_max_pool_commutes_with_the_requantizer():
     assert len(np.unique(pooled_codes)) == 4
 
 
+@pytest.mark.parametrize("ab", [1, 2, 3])
+def test_code_thresholds_equal_the_requantizer(ab):
+    """The pi3 stem's codes by compares (bitserial/stem_conv_codes_gemm8): code >= j iff the biased accumulator
+    reaches T_j, at every accumulator of a dense ramp around each threshold, every channel; refused when the
+    multiplier is not positive (the requantizer is then not non-decreasing)."""
+    from edge_sdk.compiler.bitserial.stem_conv_codes_gemm8 import code_thresholds
+
+    s = _net(ab).stem
+    t = code_thresholds(s.mult, s.shift, ab)
+    assert t.shape == ((1 << ab) - 1, s.qweight.shape[3])
+    near = (t[:, None, :] + np.arange(-40, 41)[None, :, None]).reshape(-1, t.shape[1])
+    ramp = np.concatenate([near, np.arange(-(1 << 20), 1 << 20, 997)[:, None] + np.zeros((1, t.shape[1]), np.int64)])
+    by_compare = (ramp[None] >= t[:, None, :]).sum(axis=0)
+    np.testing.assert_array_equal(by_compare, ref.int8_stem_requantize(s, ramp, a_bits=ab))
+    assert code_thresholds(-np.asarray(s.mult), s.shift, ab) is None
+
+
 # ---- compiled -------------------------------------------------------------------------------------
 
 tvm = pytest.importorskip("tvm")

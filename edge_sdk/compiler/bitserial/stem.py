@@ -24,6 +24,8 @@ import numpy as np
 
 from edge_sdk.errors import CompileError
 
+STEM_THRESHOLDS = True  # the NEON stem's codes by threshold compares (False: the int8 backend's requantize)
+
 
 def _quantized(v, zero_point: int):
     """TFLite's QUANTIZE of a float32 value onto the int8 grid, still in float32: round half away from zero
@@ -185,13 +187,37 @@ def pool_out_prim_func(codes_shape, stem, dest: StemOut, *, grid, channels: int,
     return finish(sch, name), tuple(int(d) for d in pooled.shape)
 
 
+def _conv(in_shape, s, rq, win, *, simd, a_bits: int):
+    """(func, consts, out_shape) of the stem's conv onto codes: on NEON the 8-bit tile with threshold compares
+    (stem_conv_codes_gemm8) where the requantize is monotone, else the int8 backend's conv (kernels.conv2d)."""
+    from edge_sdk.compiler.bitserial import stem_conv_codes_gemm8 as codes8
+    from edge_sdk.compiler.int8 import kernels
+    from edge_sdk.compiler.int8.gemm_int8_widen16 import ConvGeom
+
+    w_ohwi = np.ascontiguousarray(s.qweight.transpose(3, 0, 1, 2))
+    kh, kw, ci, co = s.qweight.shape
+    oh, ow, pads = win.place(in_shape, kh, kw)
+    geom = ConvGeom(tuple(win.stride), tuple(win.dilation), pads, (oh, ow))
+    levels = codes8.code_thresholds(s.mult, s.shift, a_bits) if simd.isa == "neon" else None
+    if levels is None or not codes8.fits(in_shape, s.qweight, geom) or not STEM_THRESHOLDS:
+        k = kernels.conv2d(in_shape, w_ohwi, s.qbias, rq, win, simd=simd, name="edge_stem_conv_i8")
+        return k.func, k.consts, k.out_shape
+    func, wp, npad = codes8.conv_codes_gemm8(in_shape, np.ascontiguousarray(s.qweight), geom, levels.shape[0],
+                                             in_zp=int(s.in_zp), name="edge_stem_conv_i8")
+    bias = np.zeros(npad, np.int32)
+    bias[:co] = kernels._folded_bias(s.qbias, s.qweight.reshape(-1, co), s.in_zp, 0)
+    t = np.full((levels.shape[0], npad), codes8.I32_MAX, np.int32)
+    t[:, :co] = levels
+    m = in_shape[0] * oh * ow
+    return func, [wp, bias, t], (m, npad)
+
+
 def emit_int8_stem(bb, x, net, *, simd, word: str, out: str = "packed"):
     """Emit the integer stem into BlockBuilder bb (inside a dataflow block). Returns (var, rows) with rows
     {binding name: layer-table row overrides} for the quantize, conv and pool kernels."""
     import tvm
     from tvm import relax
 
-    from edge_sdk.compiler.int8 import kernels
     from edge_sdk.compiler.bitserial.kernels import WORD_BITS
     from edge_sdk.quant.int8 import Requant, Window
 
@@ -208,9 +234,8 @@ def emit_int8_stem(bb, x, net, *, simd, word: str, out: str = "packed"):
     qf = quantize_prim_func(in_shape, scale=s.in_scale, zero_point=s.in_zp, name="edge_stem_quantize")
     xq = bb.emit(relax.call_tir(bb.add_func(qf, "edge_stem_quantize"), [x], relax.TensorType(in_shape, "int8")),
                  name_hint="conv1_quantize")
-    k = kernels.conv2d(in_shape, np.ascontiguousarray(s.qweight.transpose(3, 0, 1, 2)), s.qbias,
-                       Requant(s.in_zp, s.mult, s.shift, 0, act), win, simd=simd, name="edge_stem_conv_i8")
-    func, consts, out_shape = k.func, k.consts, k.out_shape
+    func, consts, out_shape = _conv(in_shape, s, Requant(s.in_zp, s.mult, s.shift, 0, act), win, simd=simd,
+                                    a_bits=net.a_bits)
     rows[xq.name] = {"op": "quantize", "flops": int(np.prod(in_shape))}
     codes = bb.emit(relax.call_tir(bb.add_func(func, "edge_stem_conv_i8"), [xq] + [const(c) for c in consts],
                                    relax.TensorType(out_shape, "int8")), name_hint="conv1")
