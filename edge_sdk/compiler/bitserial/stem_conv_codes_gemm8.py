@@ -9,8 +9,8 @@ The stem's codes are clamp(MBQM(acc + bias, M, shift), 0, 2^a - 1) (quant/bitser
 TFLite's fixed-point multiply). With M > 0 that is non-decreasing in acc, so code >= j iff acc + bias >= T_j, the
 least int32 value whose MBQM reaches j (found per channel by bisection over the numpy MBQM: exact). The kernel
 is compiler/int8/gemm_int8_smull_neon's default conv path, called, not changed: the same pre-padded im2col rows
-(im2col_int8_rows), packed weights, accumulator compute (_acc_sums) and schedule (_schedule with the assembly
-tile); only the elementwise output block differs: 2^a - 1 compares and adds a 4-lane vector, where the
+(im2col_int8_rows), packed weights, accumulator compute and schedule (_acc_strip / _acc_sums, _schedule: its
+default step, the strip of tiles or the ldr64 tile, conv_gemm8's rule); only the elementwise output block differs: 2^a - 1 compares and adds a 4-lane vector, where the
 requantize is a sqrdmulh, a rounding fixup, srshl, the zero point and a clamp (compiler/int8/fixedpoint
 mbqm32_neon; ResNet18's stem requantize ~3.3 M of its ~39 M modelled cycles, r18i9's note).
 """
@@ -69,8 +69,15 @@ def conv_codes_gemm8(x_shape, w_hwio: np.ndarray, geom, levels: int, *, in_zp: i
     wt = te.placeholder(wp.shape, "int8", name="w")
     bt = te.placeholder((npad,), "int32", name="bias")
     tt = te.placeholder((levels, npad), "int32", name="thresholds")
-    acc = g8._acc_sums(a8, wt, nb, mp, npad)
-    biased = te.compute((mp, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
+    wo = npad > m  # conv_gemm8's "default": its outer order and step (the strip from 2 blocks, else ldr64)
+    strip = nb >= 2 and g8.strip_tiles(m, npad, wo) > 1
+    if strip:
+        acc3 = g8._acc_strip(a8, wt, nb, mp, npad, wo)
+        biased = te.compute((mp, npad), lambda i, j: (acc3[i // g8.MR, i % g8.MR, j] if wo else
+                                                      acc3[i, j // g8.NR, j % g8.NR]) + bt[j], name="biased")
+    else:
+        acc = g8._acc_sums(a8, wt, nb, mp, npad)
+        biased = te.compute((mp, npad), lambda i, j: acc[i, j] + bt[j], name="biased")
 
     def codes(i, j):
         v = biased[i, j]
@@ -83,6 +90,6 @@ def conv_codes_gemm8(x_shape, w_hwio: np.ndarray, geom, levels: int, *, in_zp: i
     out = te.compute((m, npad), codes, name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, tt, out]))
     half_tail = nb >= 2 and not wp[:, -1, :, rows8.HALF:].any()
-    g8._schedule(sch, m=m, npad=npad, plain_copy=rows8.HALF, red_b=nb, asm=nb >= 2,
-                 half_tail=half_tail)
+    g8._schedule(sch, m=m, npad=npad, plain_copy=rows8.HALF, red_b=nb, weights_outer=wo, asm=nb >= 2 and not strip,
+                 half_tail=half_tail, strip=strip)
     return finish(sch, name), wp, npad
