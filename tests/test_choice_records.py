@@ -234,3 +234,37 @@ def test_records_of_another_timing_model_stay_applied(tmp_path, monkeypatch):
         report = ch.report()
     assert report["from_records"] == 1 and report["stale"] == 0 and report["timing_model"] == old
     assert ch.layers["double0"]["record"]["timing_model"] == old
+
+
+def test_a_remake_keeps_the_records_that_stand_and_prices_a_stale_one(made, tmp_path, monkeypatch):
+    """make_records --keep-current: a record whose candidates, rule code and winner code are unchanged is kept as
+    it is (its prices under the timing model it was made with, named on the record), priced by nothing; one made
+    against another candidate list is priced again (from an empty choice cache), under the current model."""
+    from edge_sdk.timing.package_figures import model_version
+    from edge_sdk.tune.make_records import make_pair
+
+    _folder, path, _cache, _lines = made
+    data = R.read_file(path)
+    old = "a53-000000000000"
+    edited = json.loads(json.dumps(data))
+    edited["timing_model"] = old
+    stale = edited["records"][0]
+    stale["names"] = ["default"]  # as if the family's candidate list had changed since
+    out = tmp_path / "records"
+    R.write_file(out / path.name, edited)
+    monkeypatch.setattr(choice_cache, "root", lambda: tmp_path / "choice")
+    lines = []
+    new = R.read_file(make_pair(_model(), "float32", out, say=lines.append, keep_current=True))
+    assert new["cost"]["kept"] == new["cost"]["workloads"] - stale["workloads"] >= 1
+    assert new["cost"]["priced"] >= 1 and new["timing_model"] == model_version()
+    by_key = {R.key_text(r["family"], r["workload"]): r for r in new["records"]}
+    assert len(by_key) == len(data["records"])
+    for r in data["records"]:
+        got = by_key[R.key_text(r["family"], r["workload"])]
+        assert got["schedule"] == r["schedule"]
+        if r["workload"] == stale["workload"] and r["family"] == stale["family"]:
+            assert "timing_model" not in got and set(got["names"]) == set(r["names"])  # priced again, now
+        else:
+            assert got["timing_model"] == old and got["candidates"] == r["candidates"]
+            assert got["modelled_cycles"] == r["modelled_cycles"] and got["codes"] == r["codes"]
+    assert any("its record stands" in ln for ln in lines)

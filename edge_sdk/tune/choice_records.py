@@ -4,7 +4,8 @@
 
 A record says, for one layer workload of a Cortex-A53 Pi (pi3, pi3plus and pi-zero2w are the same core at
 other clocks, so one choice serves them all), which candidate schedule the chooser kept, what it and the
-rule's default cost in modelled A53 cycles, under which timing model, and that the winner matched the
+rule's default cost in modelled A53 cycles, under which timing model (the file's, or the record's own when a
+remake kept it from an earlier one: make_records --keep-current), and that the winner matched the
 numpy reference when it was priced (its max |error|). It also names the winner's code (the PrimFunc's
 structural hash when recorded), so compile can tell whether the kernel it builds now is the one that was
 checked.
@@ -118,7 +119,8 @@ def _load(core: str, folder: str, stamp: tuple) -> dict[str, Record]:
             out[key_text(r["family"], r["workload"])] = Record(
                 r["family"], r["schedule"], r.get("modelled_cycles"), r.get("default_cycles"),
                 tuple(r.get("codes") or [r["code"]]),
-                r["max_error"], data.get("timing_model", ""), path.name, tuple(r.get("default_codes") or ()),
+                r["max_error"], r.get("timing_model") or data.get("timing_model", ""), path.name,
+                tuple(r.get("default_codes") or ()),
                 tuple(r.get("names") or ()))
     return out
 

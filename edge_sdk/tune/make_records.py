@@ -64,13 +64,51 @@ def lower_with(model, variant, target, chooser, *, say, seed: int = 0, sites_onl
             return None
 
 
-def keyed_chooser(target, *, progress, cached_only: bool = False, price_until: float | None = None):
+def current_records(path: Path) -> dict[str, tuple[dict, str]]:
+    """{record key text: (raw record, the timing model it was priced under)} of an existing records file (empty
+    when there is none)."""
+    from edge_sdk.tune import choice_records as R
+
+    if not path.is_file():
+        return {}
+    data = R.read_file(path)
+    return {R.key_text(r["family"], r["workload"]): (r, r.get("timing_model") or data.get("timing_model", ""))
+            for r in data["records"]}
+
+
+def kept_decision(site, kept: tuple[dict, str] | None) -> dict | None:
+    """The decision an existing record still stands for on this site (None: price it again): the same candidate
+    list, the rule's code among the ones it was compared with, and the winner's code among the ones checked
+    against numpy. Its prices are the record's, under the timing model it names."""
+    from edge_sdk.compiler.choice import DEFAULT
+    from edge_sdk.compiler.choice.chooser import code_hashes
+
+    if kept is None:
+        return None
+    raw, timing = kept
+    win = raw["schedule"]
+    if set(raw.get("names") or ()) != set(site.candidates()) or win not in raw.get("candidates", {}):
+        return None
+    hashes = code_hashes(site, sorted({DEFAULT, win}))
+    if hashes[DEFAULT] not in (raw.get("default_codes") or ()) or hashes[win] not in (raw.get("codes") or [raw["code"]]):
+        return None
+    cands = {n: {"ok": True, "cycles": c} for n, c in raw["candidates"].items()}
+    cands |= {n: {"ok": False, "reason": "rejected when recorded"} for n in raw.get("rejected", ())}
+    cands[win]["max_error"] = raw["max_error"]
+    return {"schedule": win, "modelled_cycles": raw["modelled_cycles"], "default_cycles": raw.get("default_cycles"),
+            "candidates": cands, "cached": False, "source": "kept", "timing_model": timing}
+
+
+def keyed_chooser(target, *, progress, cached_only: bool = False, price_until: float | None = None,
+                  keep: dict[str, tuple[dict, str]] | None = None):
     """A pricing Chooser that prices one workload per record key: a later workload with the same key (another
     int8 conv of that shape with its own zero points) takes the first one's prices and winner once that
     winner, built for it, has run under plain qemu and matched its numpy reference; else it is priced too.
     cached_only: nothing is priced; a workload whose decision or every candidate's price is not in the
     choice cache gets no record (compile keeps the rule there), counted in stats["not_priced"]; price_until
-    (time.time() seconds): from then on as cached_only (a budget for the pricing, not for the lowering)."""
+    (time.time() seconds): from then on as cached_only (a budget for the pricing, not for the lowering).
+    keep (current_records of the file being remade): a workload whose record still stands (kept_decision) keeps
+    it, priced by nothing; counted in stats["kept"]."""
     import warnings
 
     from edge_sdk.compiler.choice import standalone
@@ -99,6 +137,11 @@ def keyed_chooser(target, *, progress, cached_only: bool = False, price_until: f
 
         def _decide_keyed(self, site):
             kt = key_text(site.family, site.workload)
+            if keep and (kept := kept_decision(site, keep.get(kt))) is not None:
+                self.stats["kept"] = self.stats.get("kept", 0) + 1
+                self.say(f"choice {site.family} {site.layer}: its record stands (same candidates, rule and winner "
+                         f"code): kept ({kept['schedule']})")
+                return kept
             lead = self.decided.get(self.first.setdefault(kt, site.key()))
             win = (lead or {}).get("schedule")
             if lead is None or not lead.get("candidates", {}).get(win, {}).get("ok"):
@@ -145,7 +188,9 @@ def _merge(chooser, keys: list[str]) -> dict | None:
     default_codes = sorted({code_hashes(chooser.sites[k], [DEFAULT])[DEFAULT] for k in keys})
     layers = sorted(name for name, lay in chooser.layers.items() if lay["workload"] in keys)
     n = len(decs)
-    return {**record_key(site.family, site.workload), "schedule": win,
+    timing = {d.get("timing_model") for d in decs}
+    kept = {"timing_model": timing.pop()} if len(timing) == 1 and None not in timing else {}  # all kept, one model
+    return {**record_key(site.family, site.workload), **kept, "schedule": win,
             "modelled_cycles": round(total[win] / n), "default_cycles": round(total[DEFAULT] / n) if DEFAULT in total else None,
             "code": codes[0], "codes": codes, "default_codes": default_codes, "names": site.candidates(), "max_error": max(d["candidates"][win].get("max_error", 0.0) for d in decs),
             "workloads": n, "layers": layers,
@@ -154,8 +199,9 @@ def _merge(chooser, keys: list[str]) -> dict | None:
 
 
 def make_pair(model, variant_name: str, out_dir: Path, *, say=print, target_name: str = "pi3",
-              cached_only: bool = False, price_until: float | None = None) -> Path:
-    """Price (or take from the choice cache) every layer of one model/variant and write its records file."""
+              cached_only: bool = False, price_until: float | None = None, keep_current: bool = False) -> Path:
+    """Price (or take from the choice cache) every layer of one model/variant and write its records file;
+    keep_current: the file's records that still stand are kept as they are (only stale or missing ones priced)."""
     from edge_sdk import __version__
     from edge_sdk.targets import TARGET_NAMES, get_target
     from edge_sdk.timing.package_figures import model_version
@@ -165,7 +211,9 @@ def make_pair(model, variant_name: str, out_dir: Path, *, say=print, target_name
     target, variant = get_target(target_name), get_variant(variant_name)
     core = R.core_of(target)
     t0, c0 = time.perf_counter(), _cpu_seconds()
-    chooser = keyed_chooser(target, progress=say, cached_only=cached_only, price_until=price_until)
+    path = out_dir / f"{R.PREFIX.get(core, core)}-{model.name}-{variant.name}.json"
+    keep = current_records(path) if keep_current else None
+    chooser = keyed_chooser(target, progress=say, cached_only=cached_only, price_until=price_until, keep=keep)
     lower_with(model, variant, target, chooser, say=say, sites_only=True)
     records = [r for keys in _group(chooser).values() if (r := _merge(chooser, keys)) is not None]
     data = {"format": R.FORMAT, "core": core, "priced_on": target.name, "model": model.name,
@@ -173,15 +221,15 @@ def make_pair(model, variant_name: str, out_dir: Path, *, say=print, target_name
             "timing_model": model_version(), "made": R.now(),
             "targets": [t for t in TARGET_NAMES if R.core_of(get_target(t)) == core],
             "cost": {**{k: chooser.stats.get(k, 0) for k in ("workloads", "priced", "cached", "price_cached", "checked",
-                                                              "not_priced")},
+                                                              "not_priced", "kept")},
                      "wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(_cpu_seconds() - c0, 1)},
             "records": records}
-    path = out_dir / f"{R.PREFIX.get(core, core)}-{model.name}-{variant.name}.json"
     R.write_file(path, data)
     moved = sum(1 for r in records if r["schedule"] != "default")
     say(f"wrote {path}: {len(records)} records ({moved} off the rule) from {chooser.stats['workloads']} workloads, "
         f"{chooser.stats['priced']} candidates priced, {chooser.stats['cached']} decisions and "
-        f"{chooser.stats.get('price_cached', 0)} prices cached, {chooser.stats.get('not_priced', 0)} without a record "
+        f"{chooser.stats.get('price_cached', 0)} prices cached, {chooser.stats.get('kept', 0)} records kept, "
+        f"{chooser.stats.get('not_priced', 0)} without a record "
         "(not priced), "
         f"{data['cost']['cpu_s']:.0f} s CPU, {data['cost']['wall_s']:.0f} s wall")
     return path
@@ -200,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=root(), help="records folder (default the shipped one)")
     p.add_argument("--cached-only", action="store_true",
                    help="price nothing: workloads the choice cache cannot decide get no record (the rule)")
+    p.add_argument("--keep-current", action="store_true",
+                   help="keep each record that still stands (same candidates, rule and winner code); price the rest")
     p.add_argument("--budget", type=float, metavar="MINUTES",
                    help="price for at most MINUTES of wall time from the start, then as --cached-only")
     args = p.parse_args(argv)
@@ -212,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             model = build_zoo_model(m, alpha=args.alpha, resolution=args.resolution, seed=0)
-            make_pair(model, v, args.out, say=say, cached_only=args.cached_only, price_until=until)
+            make_pair(model, v, args.out, say=say, cached_only=args.cached_only, price_until=until,
+                      keep_current=args.keep_current)
         except (EdgeError, RuntimeError, ValueError, OSError) as err:
             say(f"failed: {type(err).__name__}: {str(err).strip()[-500:]}")
             failed.append(f"{m}/{v}")
