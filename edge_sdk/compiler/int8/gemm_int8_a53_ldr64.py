@@ -3,9 +3,8 @@
 C[4, 4] = sum over NB 16-byte blocks of A[b, i, :] . W[b, j, :] (int8, dot products in int32): A a
 packed row tile (4 pixels' 16-byte blocks per step, gemm_int8_smull_neon's a8), W a packed weight panel
 (4 channels' blocks per step, its pack_weight8), C the tile's 4x4 int32 sums (row stride given). C is
-stored, not added to: the tensor intrinsic's description says C +=, which is the same on the zeroed C
-the only caller's schedule writes just before its one call per tile (gemm_int8_smull_neon._tensorize_asm:
-decompose_reduction at the block loop, the whole reduction in the call); a C round trip (ldr q, add: a
+stored, not added to: the tensor intrinsic describes the whole reduction (zeroing included) and the caller
+(gemm_int8_smull_neon._tensorize_asm) drops the zeroing the call makes dead; a C round trip (ldr q, add: a
 vector load beside no NEON op and a load-use chain per row) gone from every tile. Per
 16-deep step and (pixel i, channel j) pair: `smull t, a.8b, w.8b; smlal2 t, a.16b, w.16b` (8 int16
 lanes, two products each: weights in [-127, 127]) and `sadalp acc, t` (the first step `saddlp`: no
@@ -162,8 +161,9 @@ def llvm_ir(nb: int, half_tail: bool = False) -> str:
 
 
 def intrin(nb: int, half_tail: bool = False) -> str:
-    """The tensor intrinsic for one NB (registered once): C[i, j] += sum_{b, t} A[b, i, t] * W[b, j, t] (the
-    kernel stores the sum: the module doc says why that is the same where it is used).
+    """The tensor intrinsic for one NB (registered once): C[i, j] = sum_{b, t} A[b, i, t] * W[b, j, t], a whole
+    reduction with its zeroing (the caller tensorizes the undecomposed block, then drops the outer block's
+    zeroing: the kernel stores every sum and reads none).
     half_tail: the same description, valid only where W[nb - 1, :, 8:] is zero (the caller checks)."""
     from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
@@ -179,8 +179,13 @@ def intrin(nb: int, half_tail: bool = False) -> str:
         W = T.match_buffer(w, (nb, 4, 16), "int8", offset_factor=1, strides=[64, 16, 1])
         C = T.match_buffer(c, (4, 4), "int32", offset_factor=1, strides=[sc, 1])
         with T.sblock("root"):
-            T.reads(C[0:4, 0:4], A[0:nb, 0:4, 0:16], W[0:nb, 0:4, 0:16])
+            T.reads(A[0:nb, 0:4, 0:16], W[0:nb, 0:4, 0:16])
             T.writes(C[0:4, 0:4])
+            with T.init():
+                for i, j in T.grid(4, 4):
+                    with T.sblock("init"):
+                        vi, vj = T.axis.remap("SS", [i, j])
+                        C[vi, vj] = 0
             for b, i, j, t in T.grid(nb, 4, 4, 16):
                 with T.sblock("update"):
                     vi, vj, vb, vt = T.axis.remap("SSRR", [i, j, b, t])
@@ -193,8 +198,13 @@ def intrin(nb: int, half_tail: bool = False) -> str:
         W = T.match_buffer(w, (1, 4, 16), "int8", offset_factor=1, strides=[64, 16, 1])
         C = T.match_buffer(c, (4, 4), "int32", offset_factor=1, strides=[sc, 1])
         with T.sblock("root"):
-            T.reads(C[0:4, 0:4], A[0, 0:4, 0:16], W[0, 0:4, 0:16])
+            T.reads(A[0, 0:4, 0:16], W[0, 0:4, 0:16])
             T.writes(C[0:4, 0:4])
+            with T.init():
+                for i, j in T.grid(4, 4):
+                    with T.sblock("init"):
+                        vi, vj = T.axis.remap("SS", [i, j])
+                        C[vi, vj] = 0
             for i, j, t in T.grid(4, 4, 16):
                 with T.sblock("update"):
                     vi, vj, vt = T.axis.remap("SSR", [i, j, t])
@@ -207,9 +217,9 @@ def intrin(nb: int, half_tail: bool = False) -> str:
         W = T.match_buffer(w, (nb, 4, 16), "int8", offset_factor=1, strides=[64, 16, 1])
         C = T.match_buffer(c, (4, 4), "int32", offset_factor=1, strides=[sc, 1])
         with T.sblock("root"):
-            T.reads(C[0:4, 0:4], A[0:nb, 0:4, 0:16], W[0:nb, 0:4, 0:16])
+            T.reads(A[0:nb, 0:4, 0:16], W[0:nb, 0:4, 0:16])
             T.writes(C[0:4, 0:4])
-            T.evaluate(T.call_extern("int32", name, C.access_ptr("rw"), A.access_ptr("r"), W.access_ptr("r"), sc))
+            T.evaluate(T.call_extern("int32", name, C.access_ptr("w"), A.access_ptr("r"), W.access_ptr("r"), sc))
 
     TensorIntrin.register(name, desc1 if nb == 1 else desc, impl)
     return name

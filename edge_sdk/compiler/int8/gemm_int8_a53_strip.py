@@ -267,10 +267,11 @@ def llvm_ir(nb: int, nt: int, half_tail: bool, shared: str) -> str:
 
 
 def intrin(nb: int, nt: int, half_tail: bool, shared: str) -> str:
-    """The tensor intrinsic of one strip (registered once). Rows outer (shared "A"): C[i, t, j] += sum_{b, k}
-    A[b, i, k] W[t, b, j, k], C (4, NT, 4) with the tile stride 4; weights outer ("W"): C[t, i, j] += sum A[t, b, i, k]
-    W[b, j, k], C (NT, 4, 4) with the tile stride 4 rows. The kernel stores the sums (the module doc says why
-    that is the same where it is used); half_tail: valid only where W[..., nb - 1, :, 8:] is zero (the caller checks)."""
+    """The tensor intrinsic of one strip (registered once), a whole reduction with its zeroing (the caller tensorizes
+    the undecomposed block, then drops the outer block's zeroing: the kernel stores every sum, reads none).
+    Rows outer (shared "A"): C[i, t, j] = sum_{b, k} A[b, i, k] W[t, b, j, k], C (4, NT, 4) with the tile stride 4;
+    weights outer ("W"): C[t, i, j] = sum A[t, b, i, k] W[b, j, k], C (NT, 4, 4) with the tile stride 4 rows.
+    half_tail: valid only where W[..., nb - 1, :, 8:] is zero (the caller checks)."""
     from tvm.s_tir import TensorIntrin
 
     name = func_name(nb, nt, half_tail, shared)
@@ -294,8 +295,13 @@ def _funcs_rows_outer(nb: int, nt: int, name: str):
         W = T.match_buffer(w, (nt, nb, 4, 16), "int8", offset_factor=1, strides=[nb * 64, 64, 16, 1])
         C = T.match_buffer(c, (4, nt, 4), "int32", offset_factor=1, strides=[sc, 4, 1])
         with T.sblock("root"):
-            T.reads(C[0:4, 0:nt, 0:4], A[0:nb, 0:4, 0:16], W[0:nt, 0:nb, 0:4, 0:16])
+            T.reads(A[0:nb, 0:4, 0:16], W[0:nt, 0:nb, 0:4, 0:16])
             T.writes(C[0:4, 0:nt, 0:4])
+            with T.init():
+                for i, t, j in T.grid(4, nt, 4):
+                    with T.sblock("init"):
+                        vi, vt, vj = T.axis.remap("SSS", [i, t, j])
+                        C[vi, vt, vj] = 0
             for t, b, i, j, k in T.grid(nt, nb, 4, 4, 16):
                 with T.sblock("update"):
                     vi, vt, vj, vb, vk = T.axis.remap("SSSRR", [i, t, j, b, k])
@@ -308,9 +314,9 @@ def _funcs_rows_outer(nb: int, nt: int, name: str):
         W = T.match_buffer(w, (nt, nb, 4, 16), "int8", offset_factor=1, strides=[nb * 64, 64, 16, 1])
         C = T.match_buffer(c, (4, nt, 4), "int32", offset_factor=1, strides=[sc, 4, 1])
         with T.sblock("root"):
-            T.reads(C[0:4, 0:nt, 0:4], A[0:nb, 0:4, 0:16], W[0:nt, 0:nb, 0:4, 0:16])
+            T.reads(A[0:nb, 0:4, 0:16], W[0:nt, 0:nb, 0:4, 0:16])
             T.writes(C[0:4, 0:nt, 0:4])
-            T.evaluate(T.call_extern("int32", name, C.access_ptr("rw"), A.access_ptr("r"), W.access_ptr("r"), sc))
+            T.evaluate(T.call_extern("int32", name, C.access_ptr("w"), A.access_ptr("r"), W.access_ptr("r"), sc))
 
     return desc, impl
 
@@ -325,8 +331,13 @@ def _funcs_weights_outer(nb: int, nt: int, name: str):
         W = T.match_buffer(w, (nb, 4, 16), "int8", offset_factor=1, strides=[64, 16, 1])
         C = T.match_buffer(c, (nt, 4, 4), "int32", offset_factor=1, strides=[sc * 4, sc, 1])
         with T.sblock("root"):
-            T.reads(C[0:nt, 0:4, 0:4], A[0:nt, 0:nb, 0:4, 0:16], W[0:nb, 0:4, 0:16])
+            T.reads(A[0:nt, 0:nb, 0:4, 0:16], W[0:nb, 0:4, 0:16])
             T.writes(C[0:nt, 0:4, 0:4])
+            with T.init():
+                for t, i, j in T.grid(nt, 4, 4):
+                    with T.sblock("init"):
+                        vt, vi, vj = T.axis.remap("SSS", [t, i, j])
+                        C[vt, vi, vj] = 0
             for t, b, i, j, k in T.grid(nt, nb, 4, 4, 16):
                 with T.sblock("update"):
                     vt, vi, vj, vb, vk = T.axis.remap("SSSRR", [t, i, j, b, k])
@@ -339,8 +350,8 @@ def _funcs_weights_outer(nb: int, nt: int, name: str):
         W = T.match_buffer(w, (nb, 4, 16), "int8", offset_factor=1, strides=[64, 16, 1])
         C = T.match_buffer(c, (nt, 4, 4), "int32", offset_factor=1, strides=[sc * 4, sc, 1])
         with T.sblock("root"):
-            T.reads(C[0:nt, 0:4, 0:4], A[0:nt, 0:nb, 0:4, 0:16], W[0:nb, 0:4, 0:16])
+            T.reads(A[0:nt, 0:nb, 0:4, 0:16], W[0:nb, 0:4, 0:16])
             T.writes(C[0:nt, 0:4, 0:4])
-            T.evaluate(T.call_extern("int32", name, C.access_ptr("rw"), A.access_ptr("r"), W.access_ptr("r"), sc))
+            T.evaluate(T.call_extern("int32", name, C.access_ptr("w"), A.access_ptr("r"), W.access_ptr("r"), sc))
 
     return desc, impl

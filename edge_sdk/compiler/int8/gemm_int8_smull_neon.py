@@ -38,7 +38,7 @@ from edge_sdk.compiler.int8 import gemm_int8_a53_strip as strip8
 from edge_sdk.compiler.int8 import smull_step_variants
 from edge_sdk.compiler.int8 import im2col_int8_rows as rows8
 from edge_sdk.compiler.int8.gemm_int8_widen16 import ConvGeom
-from edge_sdk.compiler.ops.common import ACC_SCOPE, finish, largest_divisor, round_up
+from edge_sdk.compiler.ops.common import ACC_SCOPE, drop_init_of_storing_call, finish, largest_divisor, round_up
 
 MR = NR = 4
 KB = 16
@@ -193,7 +193,7 @@ def _a8(x, kdims, geom: ConvGeom, in_zp: int):
 # blocks; "strip": gemm_int8_a53_strip's strip of up to STRIP_TILES tiles sharing one operand, one call); "default" is
 # the rule (npad > m: weights outer) + strip (ldr64 where a strip is one tile, tmp for a single block).
 GEMM8_SCHEDULES = tuple(f"{o}/{s}" for o in ("rows_outer", "weights_outer") for s in ("tmp", "notmp", "ldr64", "strip"))
-STRIP_TILES = 8  # 16 at the stem (1 KB of C) priced worse: C went to TVMBackendAllocWorkspace + a memset
+STRIP_TILES = 16  # the stem priced alone on pi3: 8 tiles 38.61 M, 16 38.55 (C on the stack since 05f2f2a)
 
 
 def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, padded_rows: bool = True,
@@ -233,10 +233,12 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, pa
     asm = step == a53.SCHEDULE_STEP or (schedule == "default" and nb >= 2)
     wo = (npad > m) if schedule == "default" else order == "weights_outer"
     # a strip of one tile is the ldr64 tile (a prime tile count over STRIP_TILES too): that kernel instead
-    # by default from 2 blocks on: the strip (priced alone on pi3, modelled cycles, ldr64 -> strip: ResNet18 int8's
-    # stem 7x7 s2 39.28 -> 39.00 M, 3x3 s2 64->128 @56 14.34 -> 14.22, 128->256 @28 13.87 -> 13.66, 1x1 s2 64->128
-    # @56 2.23 -> 2.14); where a strip would be one tile, the ldr64 tile
-    strip = (step == strip8.SCHEDULE_STEP or schedule == "default") and nb >= 2 and strip_tiles(m, npad, wo) > 1
+    # by default from 2 blocks on, rows outer: the strip (priced alone on pi3, modelled cycles, ldr64 -> strip: ResNet18
+    # int8's stem 7x7 s2 39.28 -> 38.55 M, 3x3 s2 64->128 @56 14.34 -> 14.06, 128->256 @28 13.87 -> 13.66, 1x1 s2
+    # 64->128 @56 2.23 -> 2.14); weights outer the ldr64 tile (3x3 s2 256->512 @14: 14.38 vs a strip's 14.55), as
+    # where a strip would be one tile
+    strip = (step == strip8.SCHEDULE_STEP or (schedule == "default" and not wo)) and nb >= 2 \
+        and strip_tiles(m, npad, wo) > 1
     asm = asm or (step == strip8.SCHEDULE_STEP and not strip and nb >= 2)
     if strip:
         asm = False
@@ -382,22 +384,20 @@ def _tensorize_strip(sch, cb, red_b: int, nt: int, outer_loop, half_tail: bool, 
     l0, l1, l2, rb, rt = sch.get_loops(cb)[-5:]
     t, i, j = (l0, l1, l2) if weights_outer else (l1, l0, l2)
     sch.reorder(t, rb, i, j, rt)
-    sch.decompose_reduction(cb, t)
-    sch.vectorize(sch.get_loops(sch.get_sblock("acc_init"))[-1])
     sch.tensorize(t, strip8.intrin(red_b, nt, half_tail, shared))
+    drop_init_of_storing_call(sch, sch.get_sblock("acc_o"))  # the kernel stores C: its zeroing is dead
     sch.annotate(outer_loop, "pragma_import_llvm", strip8.llvm_ir(red_b, nt, half_tail, shared))
 
 
 def _tensorize_asm(sch, cb, red_b: int, outer_loop, half_tail: bool = False) -> None:
     """The accumulator block's (4 pixels, 4 channels, NB, 16) nest as one call of the assembly tile
-    (gemm_int8_a53_ldr64, all NB blocks; half_tail: the last block's high half is zero weights), its
-    zeroing vectorized; the tile's IR linked at `outer_loop`."""
+    (gemm_int8_a53_ldr64, all NB blocks; half_tail: the last block's high half is zero weights), without its
+    zeroing (the tile stores); the tile's IR linked at `outer_loop`."""
     loops = sch.get_loops(cb)[2:]  # mi, ni, (rb: dropped when one block), rt
     rb = loops[0]
     if red_b > 1:
         ci_, cj, rb, rt = loops
         sch.reorder(rb, ci_, cj, rt)
-    sch.decompose_reduction(cb, rb)
-    sch.vectorize(sch.get_loops(sch.get_sblock("acc_init"))[-1])
     sch.tensorize(rb, a53.intrin(red_b, half_tail))
+    drop_init_of_storing_call(sch, sch.get_sblock("acc_o"))  # the tile stores C: its zeroing is dead
     sch.annotate(outer_loop, "pragma_import_llvm", a53.llvm_ir(red_b, half_tail))
