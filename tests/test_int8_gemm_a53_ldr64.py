@@ -28,7 +28,7 @@ CASES = [
 HALF_TAIL = {8, 9, 10}  # the cases whose last block's high half is zero weights: the smull-only last step
 
 
-def _case(i, xs, co, kk, stride, padding, schedule):
+def _case(i, xs, co, kk, stride, padding, schedule, relu=False):
     from edge_sdk.compiler.int8 import gemm_int8_smull_neon as g8
     from edge_sdk.compiler.int8 import kernels
     from edge_sdk.compiler.int8.gemm_int8_widen16 import ConvGeom
@@ -42,8 +42,9 @@ def _case(i, xs, co, kk, stride, padding, schedule):
     bias = rng.integers(-20000, 20000, co).astype(np.int32)
     mult = rng.integers(1 << 30, (1 << 31) - 1, co).astype(np.int32)
     shift = -rng.integers(6, 12, co)
+    out_zp = int(rng.integers(-20, 20))
     rq = q8.Requant(in_zp=int(rng.integers(-128, 128)), multiplier=mult, shift=shift,
-                    out_zp=int(rng.integers(-20, 20)), act=(-128, 127))
+                    out_zp=out_zp, act=(out_zp, 127) if relu else (-128, 127))
     win = q8.Window(stride, (1, 1), padding)
     oh, ow, pads = win.place(xs, *kk)
     geom = ConvGeom(tuple(stride), (1, 1), pads, (oh, ow))
@@ -140,7 +141,13 @@ STRIP_CASES = [
     ((1, 6, 7, 16), 12, (3, 3), (2, 2), "SAME", "weights_outer/strip"),   # 3x3 stride 2, padding taps
     ((1, 20, 18, 3), 16, (7, 7), (2, 2), "SAME", "rows_outer/strip"),     # the stem's pre-padded rows, half tail, nb 11
     ((1, 4, 7, 72), 12, (1, 1), (1, 1), "VALID", "weights_outer/strip"),   # half tail after the inner loop, 5 blocks
+    # rows outer, whole row tiles, 4k tiles a strip: the requantize in requant_int8_a53_rows' assembly
+    ((1, 4, 4, 32), 64, (1, 1), (1, 1), "VALID", "rows_outer/strip"),     # 16 tiles: its two-group loop 3 times
+    ((1, 2, 6, 48), 16, (1, 1), (1, 1), "VALID", "rows_outer/strip"),     # 4 tiles: one body, no loop
+    ((1, 16, 16, 3), 32, (7, 7), (2, 2), "SAME", "rows_outer/strip"),     # the stem's rows, 8 tiles, ReLU clamp
 ]
+RELU = {11}  # STRIP_CASES with a ReLU (lo = the output zero point)
+REQUANT_ASM = {9, 10, 11}
 
 
 def _unrolled_all(lines: list[str]) -> list[str]:
@@ -188,9 +195,10 @@ def test_strip_text_is_the_tile_nt_times(nb, nt, half, shared):
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or shutil.which("qemu-aarch64") is None,
                     reason="needs g++-aarch64-linux-gnu and qemu-user")
 def test_a53_strip_under_qemu_equals_reference():
-    cases = [_case(100 + i, *c) for i, c in enumerate(STRIP_CASES)]
-    for _, k, _ in cases:
-        assert "edge_a53_i8gemm_strip" in k.func.body.script()
+    cases = [_case(100 + i, *c, relu=i in RELU) for i, c in enumerate(STRIP_CASES)]
+    for i, (_, k, _) in enumerate(cases):
+        text = k.func.body.script()
+        assert "edge_a53_i8gemm_strip" in text and ("edge_a53_requant_rows" in text) == (i in REQUANT_ASM)
     out = _run_pi3([k for _, k, _ in cases], [x for x, _, _ in cases])
     at = 0
     for case, (_, k, ref) in zip(STRIP_CASES, cases):
@@ -199,3 +207,22 @@ def test_a53_strip_under_qemu_equals_reference():
         at += size
         np.testing.assert_array_equal(got, ref, err_msg=str(case))
     assert at == out.size
+
+
+@pytest.mark.parametrize("nt", [4, 8, 16])
+def test_requant_rows_text_each_vector_once_and_next_loads_64bit(nt):
+    """requant_int8_a53_rows for 4 rows x 4nt channels: each of the 4nt/4 x 4 vectors through the 9 requantize ops
+    once, 3 narrowing ops and one 8-byte store a row and group; after the first group's 128-bit loads every operand
+    as ldr d + ldr x + ins (14 a group: bias, mult, shifts 2 each, C 8)."""
+    from edge_sdk.compiler.int8 import requant_int8_a53_rows as rqa
+
+    lines = _unrolled_all(rqa.kernel_lines(nt))
+    ops = [x.split()[0] for x in lines]
+    groups = nt // 2
+    for mn in ("sqrdmulh", "sqadd", "srshl", "smin", "smax", "sshr", "and"):
+        assert ops.count(mn) == 8 * groups, mn
+    assert ops.count("str") == 4 * groups and ops.count("xtn2") == 4 * groups and ops.count("xtn") == 8 * groups
+    assert ops.count("ins") == sum(x.startswith("ldr x") for x in lines) == sum(x.startswith("ldr d") for x in lines)
+    assert ops.count("ins") == 14 * (groups - 1) and ops.count("ldp") == 7  # the first group: 3 params, 4 rows
+    with pytest.raises(ValueError, match="multiple of 4"):
+        rqa.kernel_lines(6)

@@ -35,6 +35,7 @@ from tvm.script import tirx as T
 from edge_sdk.compiler.int8 import fixedpoint as fp
 from edge_sdk.compiler.int8 import gemm_int8_a53_ldr64 as a53
 from edge_sdk.compiler.int8 import gemm_int8_a53_strip as strip8
+from edge_sdk.compiler.int8 import requant_int8_a53_rows as rqa
 from edge_sdk.compiler.int8 import smull_step_variants
 from edge_sdk.compiler.int8 import im2col_int8_rows as rows8
 from edge_sdk.compiler.int8.gemm_int8_widen16 import ConvGeom
@@ -256,7 +257,7 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, pa
     # the stem's rows (7 x 3 halves in 11 blocks): the last block's high half is zero weights, a smull-only step
     half_tail = (asm or strip) and nb >= 2 and not wp[:, -1, :, rows8.HALF:].any()
     _schedule(sch, m=m, npad=npad, plain_copy=plain, red_b=nb, weights_outer=wo, notmp=step == "notmp",
-              asm=asm, half_tail=half_tail, strip=strip)
+              asm=asm, half_tail=half_tail, strip=strip, rq_consts=(rq.out_zp, lo, hi))
     return finish(sch, name), wp, npad
 
 
@@ -298,7 +299,8 @@ def _acc_strip(a8, wt, nb: int, mp: int, npad: int, weights_outer: bool):
 
 
 def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int, weights_outer: bool | None = None,
-              notmp: bool = False, asm: bool = False, half_tail: bool = False, strip: bool = False) -> None:
+              notmp: bool = False, asm: bool = False, half_tail: bool = False, strip: bool = False,
+              rq_consts: tuple | None = None) -> None:
     """Row tiles x channel tiles (the bigger operand's panel outer), A's rows copied per row tile, the
     4x4x16 step tensorized under the reduction loops, the lane sums and requantize vectorized over 4.
     strip: the inner tile loop cut in strips of up to STRIP_TILES tiles, each strip's sums one call of
@@ -314,14 +316,19 @@ def _schedule(sch, *, m: int, npad: int, plain_copy: bool | int, red_b: int, wei
     if strip:
         nt = strip_tiles(m, npad, weights_outer)
         sch.reorder(*outer, mi, ni)
-        so, _ = sch.split(outer[1], [None, nt])
+        so, si = sch.split(outer[1], [None, nt])
         sch.compute_inline(bb)
         sch.compute_at(cb, so)
         sch.set_scope(cb, 0, ACC_SCOPE)
         _place_rows(sch, ab, outer, weights_outer, plain_copy)
         sch.parallel(outer[0])
-        sch.unroll(mi)
-        sch.vectorize(ni)
+        if not weights_outer and nt % 4 == 0 and m % MR == 0 and rq_consts is not None:
+            # the requantize of the strip's 4 rows x 4 nt channels: requant_int8_a53_rows' assembly
+            sch.tensorize(si, rqa.intrin(nt, *rq_consts))
+            sch.annotate(so, "pragma_import_llvm", rqa.llvm_ir(nt, *rq_consts))  # outer[0] links the strip
+        else:
+            sch.unroll(mi)
+            sch.vectorize(ni)
         _tensorize_strip(sch, cb, red_b, nt, outer[0], half_tail, weights_outer)
         return
     sch.reorder(*outer, mi, ni)
