@@ -17,7 +17,8 @@ import tvm
 from tvm import s_tir, te, tirx
 
 from edge_sdk.compiler.int8 import fixedpoint as fp
-from edge_sdk.compiler.int8 import dwconv, dwconv_u8s8_vpdpbusd_x86, gemm_int8_smull_neon, gemm_int8_widen16, x86_vnni
+from edge_sdk.compiler.int8 import (dense_u8s8_vpdpbusd_x86, dwconv, dwconv_u8s8_vpdpbusd_x86, gemm_int8_smull_neon,
+                                   gemm_int8_widen16, x86_requant, x86_vnni)
 from edge_sdk.compiler.int8 import winograd_int8_f23  # noqa: F401  (registers its int8.gemm8 candidate)
 from edge_sdk.compiler.int8 import winograd_int8_f23_blocked  # noqa: F401  (registers its int8.gemm8 candidates)
 from edge_sdk.compiler.int8.gemm_int8_widen16 import DENSE, ConvGeom
@@ -100,6 +101,7 @@ def _gemm_kernel(x_shape, w_hwio: np.ndarray, bias, rq: Requant, *, geom: ConvGe
         return None
     co = w_hwio.shape[-1]
     b = _folded_bias(bias, w_hwio.reshape(-1, co), rq.in_zp, 0)
+    rshift = -shift
     m = x_shape[0] if len(x_shape) == 2 else x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
     if simd.isa == "neon" and geom.out_hw is not None and gemm_int8_smull_neon.fits(w_hwio, m):
         from edge_sdk.compiler.choice import active
@@ -111,6 +113,7 @@ def _gemm_kernel(x_shape, w_hwio: np.ndarray, bias, rq: Requant, *, geom: ConvGe
     elif x86_vnni.applies(simd):  # u8 x s8 vpdpbusd: the u8 offset's term joins the bias
         func, wp, npad = x86_vnni.conv_gemm(x_shape, w_hwio, rq, geom=geom, simd=simd, name=name)
         b = b + x86_vnni.offset_correction(w_hwio)
+        rshift = x86_requant.rshift_arg(shift)
     else:
         func, wp, npad = gemm_int8_widen16.conv_gemm(x_shape, w_hwio, rq, geom=geom, simd=simd, name=name)
 
@@ -119,7 +122,7 @@ def _gemm_kernel(x_shape, w_hwio: np.ndarray, bias, rq: Requant, *, geom: ConvGe
         out[:co] = v
         return out
 
-    return Kernel(func, [wp, padded(b), padded(rq.multiplier), padded(-shift)], (m, npad))
+    return Kernel(func, [wp, padded(b), padded(rq.multiplier), padded(rshift)], (m, npad))
 
 
 def conv2d(x_shape, w_ohwi: np.ndarray, bias, rq: Requant, win: Window, *, simd: Simd, name: str) -> Kernel:
@@ -168,10 +171,13 @@ def depthwise(x_shape, w_1hwc: np.ndarray, bias, rq: Requant, win: Window, *, de
     b = _folded_bias(bias, w_hwc, rq.in_zp, (0, 1))
     geom = ConvGeom(tuple(win.stride), (1, 1), pads, (oh, ow))
     if dwconv_u8s8_vpdpbusd_x86.applies(simd, channels=co, depth_multiplier=depth_multiplier, dilation=win.dilation):
-        func = dwconv_u8s8_vpdpbusd_x86.depthwise_u8s8(tuple(x_shape), w_hwc, rq, geom=geom, simd=simd, name=name)
-        b = b + dwconv_u8s8_vpdpbusd_x86.offset_correction(w_hwc)
-        return Kernel(func, [dwconv_u8s8_vpdpbusd_x86.pack_weight(w_hwc).reshape(-(-kh // 4), kw, -1),
-                             b.astype(np.int32), np.asarray(rq.multiplier, np.int32), (-shift).astype(np.int32)],
+        dwx = dwconv_u8s8_vpdpbusd_x86
+        func = dwx.depthwise_u8s8(tuple(x_shape), w_hwc, rq, geom=geom, simd=simd, name=name)
+        lanes = simd.vnni
+        order = dwx.channel_order(co, lanes)
+        b = b + dwx.offset_correction(w_hwc)
+        return Kernel(func, [dwx.pack_weight(w_hwc, lanes), b.astype(np.int32)[order],
+                             np.asarray(rq.multiplier, np.int32)[order], x86_requant.rshift_arg(shift)[order]],
                       (x_shape[0], oh, ow, co))
     func = dwconv.depthwise_i8(tuple(x_shape), w_hwc, rq, geom=geom,
                                depth_multiplier=depth_multiplier, simd=simd, name=name)
@@ -204,8 +210,16 @@ def depthwise_direct(x_shape, w_1hwc: np.ndarray, bias, rq: Requant, win: Window
 
 
 def dense(batch: int, w_ok: np.ndarray, bias, rq: Requant, *, simd: Simd, name: str) -> Kernel:
-    """Fully connected: the loop nest with LiteRT's single-rounding requantize (quant.int8.requantize_single;
-    the GEMM's epilogue rounds twice, as convolutions do)."""
+    """Fully connected with LiteRT's single-rounding requantize (quant.int8.requantize_single; the GEMM's
+    epilogue rounds twice, as convolutions do): vpdpbusd on a VNNI target, else the loop nest."""
+    shift = np.asarray(rq.shift, np.int64)
+    if dense_u8s8_vpdpbusd_x86.applies(simd) and np.all(shift <= 30):
+        dx, lanes = dense_u8s8_vpdpbusd_x86, simd.vnni
+        b = _folded_bias(bias, w_ok, rq.in_zp, 1) + x86_vnni.offset_correction(w_ok.T)
+        return Kernel(dx.dense_u8s8(batch, w_ok, rq, simd=simd, name=name),
+                      [dx.pack_weight(w_ok, lanes), dx.padded(b, w_ok.shape[0], lanes),
+                       dx.padded(rq.multiplier, w_ok.shape[0], lanes), dx.padded(31 - shift, w_ok.shape[0], lanes)],
+                      (batch, w_ok.shape[0]))
     return dense_direct(batch, w_ok, bias, rq, simd=simd, name=name)
 
 

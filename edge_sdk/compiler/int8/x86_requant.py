@@ -53,33 +53,68 @@ def _rdbpot(h, r, lanes: int):
     return (h >> r) + tirx.Cast(f"int32x{lanes}", (h & mask) > threshold)
 
 
-def vector(x, m, r, lanes: int, out_zp: int, lo: int, hi: int):
+def _rdbpot_r1(h, rm1, lanes: int):
+    """RoundingDivideByPOT of int32xlanes h by r >= 1, given rm1 = r - 1: with h' = h - 1 where h < 0 (no
+    wrap: h > INT32_MIN after SRDHM by a positive multiplier) and t = h' >> (r - 1), the result is
+    ceil(t / 2) = t - (t >> 1): ties away from zero, 5 instructions instead of 7 (numpy-checked for every r)."""
+    b31 = tirx.Broadcast(tirx.const(31, "int32"), lanes)
+    t = (h + (h >> b31)) >> rm1
+    return t - (t >> tirx.Broadcast(tirx.const(1, "int32"), lanes))
+
+
+def rounding_of(shift) -> bool:
+    """Whether every channel's right shift (-shift, TFLite's sign) is >= 1: then the kernels take r - 1 and
+    round with _rdbpot_r1 (`r_minus_1`), else r and _rdbpot."""
+    import numpy as np
+
+    return bool(np.all(-np.asarray(shift, np.int64) >= 1))
+
+
+def rshift_arg(shift):
+    """The int32 right shifts a kernel using this module takes: r = -shift, or r - 1 when rounding_of(shift)."""
+    import numpy as np
+
+    r = -np.asarray(shift, np.int64)
+    return (r - 1 if rounding_of(shift) else r).astype(np.int32)
+
+
+def vector_i32(x, m, r, lanes: int, *, r_minus_1: bool = False):
+    """int32xlanes mbqm32(x, m, r) of int32xlanes vectors (r holds r - 1 when r_minus_1)."""
+    h = _srdhm_even_odd(x, m, lanes)
+    return _rdbpot_r1(h, r, lanes) if r_minus_1 else _rdbpot(h, r, lanes)
+
+
+def vector(x, m, r, lanes: int, out_zp: int, lo: int, hi: int, *, r_minus_1: bool = False):
     """int8xlanes = clamp(mbqm32(x, m, r) + out_zp, lo, hi) of int32xlanes vectors x (the biased sum), m and r."""
-    y = _rdbpot(_srdhm_even_odd(x, m, lanes), r, lanes)
+    y = vector_i32(x, m, r, lanes, r_minus_1=r_minus_1)
     y = y + tirx.Broadcast(tirx.const(out_zp, "int32"), lanes)
     y = tirx.max(tirx.min(y, tirx.Broadcast(tirx.const(hi, "int32"), lanes)),
                  tirx.Broadcast(tirx.const(lo, "int32"), lanes))
     return tirx.Cast(f"int8x{lanes}", y)
 
 
-def epilogue(acc, mult, rshift, out_zp: int, lo: int, hi: int):
+def epilogue(acc, mult, rshift, out_zp: int, lo: int, hi: int, *, r_minus_1: bool = False):
     """The scalar epilogue the kernel's TE writes and the intrinsic's description matches: fixedpoint.mbqm32
     (the same expressions; its last comparison written `threshold < ...`, the form create_prim_func keeps),
-    + out_zp, clamp, int8."""
+    + out_zp, clamp, int8. r_minus_1: rshift holds r - 1 (every r >= 1) and the rounding is _rdbpot_r1's."""
     ab = acc.astype("int64") * mult.astype("int64")
     h = ((ab + tirx.const(1 << 30, "int64")) >> tirx.const(31, "int64")).astype("int32")
     one = tirx.const(1, "int32")
-    mask = (one << rshift) - one
-    threshold = (mask >> one) + ((h >> tirx.const(31, "int32")) & one)
-    y = (h >> rshift) + (threshold < (h & mask)).astype("int32")
+    if r_minus_1:
+        t = (h + (h >> tirx.const(31, "int32"))) >> rshift
+        y = t - (t >> one)
+    else:
+        mask = (one << rshift) - one
+        threshold = (mask >> one) + ((h >> tirx.const(31, "int32")) & one)
+        y = (h >> rshift) + (threshold < (h & mask)).astype("int32")
     return fp.clamp_int8_32(y + tirx.const(out_zp, "int32"), lo, hi)
 
 
-def _intrin(lanes: int, out_zp: int, lo: int, hi: int):
+def _intrin(lanes: int, out_zp: int, lo: int, hi: int, r_minus_1: bool):
     """(desc, impl): out[lanes] int8 = epilogue(acc + bias, mult, rshift, out_zp, lo, hi), the add in int32."""
 
     def scalar(a, b, m, r):
-        return epilogue(a + b, m, r, out_zp, lo, hi)
+        return epilogue(a + b, m, r, out_zp, lo, hi, r_minus_1=r_minus_1)
 
     @T.prim_func(s_tir=True)
     def desc(a: T.Buffer((lanes,), "int32", offset_factor=1), b: T.Buffer((lanes,), "int32", offset_factor=1),
@@ -96,7 +131,7 @@ def _intrin(lanes: int, out_zp: int, lo: int, hi: int):
     def vec(a, b, m, r):
         v32 = f"int32x{lanes}"
         return vector(a.vload([0], v32) + b.vload([0], v32), m.vload([0], v32), r.vload([0], v32), lanes,
-                      out_zp, lo, hi)
+                      out_zp, lo, hi, r_minus_1=r_minus_1)
 
     @T.prim_func(s_tir=True)
     def impl(a: T.Buffer((lanes,), "int32", offset_factor=1), b: T.Buffer((lanes,), "int32", offset_factor=1),
@@ -110,11 +145,11 @@ def _intrin(lanes: int, out_zp: int, lo: int, hi: int):
     return desc, impl
 
 
-def register(lanes: int, out_zp: int, lo: int, hi: int) -> str:
-    """The TensorIntrin's name for this lane count, output zero point and clamp (registered once)."""
+def register(lanes: int, out_zp: int, lo: int, hi: int, *, r_minus_1: bool = False) -> str:
+    """The TensorIntrin's name for this lane count, output zero point, clamp and rounding (registered once)."""
     from tvm.s_tir import TensorIntrin
 
-    name = f"edge_x86_requant_{lanes}_{out_zp}_{lo}_{hi}".replace("-", "m")
+    name = f"edge_x86_requant_{lanes}_{out_zp}_{lo}_{hi}{'_r1' if r_minus_1 else ''}".replace("-", "m")
     if TensorIntrin.get(name, allow_missing=True) is None:
-        TensorIntrin.register(name, *_intrin(lanes, out_zp, lo, hi))
+        TensorIntrin.register(name, *_intrin(lanes, out_zp, lo, hi, r_minus_1))
     return name

@@ -216,13 +216,14 @@ def conv_gemm(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom = DENSE, simd: 
         axis=[ry, rx, rp, rt]), name="acc")
     lo, hi = rq.act
     # the requantized tile whole (no tail predicate, which tensorize refuses), then its valid rows stored
-    q = te.compute((mp, npad), lambda i, j: x86_requant.epilogue(acc[i, j] + bt[j], mt[j], rt_[j], rq.out_zp, lo, hi),
-                   name="q")
+    r1 = x86_requant.rounding_of(rq.shift)  # rshift holds x86_requant.rshift_arg(shift)
+    q = te.compute((mp, npad), lambda i, j: x86_requant.epilogue(acc[i, j] + bt[j], mt[j], rt_[j], rq.out_zp, lo, hi,
+                                                                  r_minus_1=r1), name="q")
     out = te.compute((m, npad), lambda i, j: q[i, j], name="out")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, bt, mt, rt_, out]))
     copy_vec = (kh, kw) == (1, 1) and cip == ci and not any(geom.pads)
     _schedule(sch, GemmTile(mr, nr, m, kh * kw * cip, npad, (kh, kw, cip // 4, 4), False, copy_vec), lanes,
-              x86_requant.register(lanes, rq.out_zp, lo, hi))
+              x86_requant.register(lanes, rq.out_zp, lo, hi, r_minus_1=r1))
     return finish(sch, name), wp, npad
 
 

@@ -88,3 +88,37 @@ def test_depthwise_step_per_x86_kind(tmp_path, mcpu):
         assert text in asm, f"{mcpu}: no {text}"
     for text in lacks:
         assert text not in asm, f"{mcpu}: {text} in a depthwise kernel for this CPU"
+
+
+DENSE_CASES = [(1, 1024, 1000), (3, 36, 19), (1, 5, 3), (2, 130, 64)]  # (batch, K, CO): MobileNet's classifier,
+# an odd count of k steps and CO % 16, K % 4, whole 4-vector chunks
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("case", DENSE_CASES, ids=lambda c: "b{}-k{}-co{}".format(*c))
+def test_dense_equals_numpy_reference(path, case):
+    from edge_sdk.compiler.int8 import kernels
+    from edge_sdk.quant import int8 as q8
+
+    mcpu, _, need = PATHS[path]
+    if not need <= FLAGS:
+        pytest.skip(f"this CPU lacks {sorted(need - FLAGS)} for the {path} path ({mcpu})")
+    batch, kk, co = case
+    rng = np.random.default_rng(kk + co)
+    x = rng.integers(-128, 128, (batch, kk)).astype(np.int8)
+    x.reshape(-1)[:4] = (-128, 127, -128, 127)
+    w = rng.integers(-128, 128, (co, kk)).astype(np.int8)
+    w[0, :2] = (127, -128)
+    bias = rng.integers(-5000, 5000, co).astype(np.int32)
+    mult = rng.integers(1 << 30, (1 << 31) - 1, co).astype(np.int32)
+    shift = -rng.integers(0, 12, co)
+    shift[::5] = 1  # a left shift: total shift 30
+    for zp, act in ((-128, (-128, 127)), (127, (-100, 90))):
+        rq = q8.Requant(in_zp=zp, multiplier=mult, shift=shift, out_zp=-5, act=act)
+        ref = q8.fully_connected(x, w, bias, rq)
+        k = kernels.dense(batch, w, bias, rq, simd=_simd(path), name="k")
+        lib = tvm.compile(tvm.IRModule({"main": k.func.with_attr("global_symbol", "main")}), target=_target(mcpu))
+        out = tvm.runtime.tensor(np.zeros(k.out_shape, k.out_dtype))
+        lib["main"](*[tvm.runtime.tensor(a) for a in [x, *k.consts]], out)
+        np.testing.assert_array_equal(out.numpy()[:, :co], ref, err_msg=f"in_zp {zp}")
+        assert ref.size < 10 or len(np.unique(ref)) > 10
