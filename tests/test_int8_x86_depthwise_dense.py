@@ -16,26 +16,44 @@ from tests.test_int8_x86_vnni import FLAGS, PATHS, _simd, _target
 
 tvm = pytest.importorskip("tvm")
 
-CASES = [  # (x shape, kernel, stride, padding)
-    ((1, 9, 11, 64), 3, 1, "SAME"),    # 4 vectors a chunk (zmm)
-    ((1, 10, 7, 48), 3, 2, "SAME"),    # 3 vectors a chunk, stride 2, odd width
-    ((2, 6, 5, 16), 3, 1, "VALID"),    # batch 2, no padding
-    ((1, 12, 11, 32), 5, 2, "SAME"),   # 5x5: two row groups, the second with one row
-    ((1, 7, 8, 24), 3, 1, "SAME"),     # 24 channels: 3 ymm vectors, not whole zmm ones (dwconv.py there)
+CASES = [  # (x shape, kernel, stride, padding, a channel with rounding shift 0)
+    ((1, 9, 11, 64), 3, 1, "SAME", False),   # 4 vectors a chunk (zmm): the packed narrowing
+    ((1, 9, 11, 64), 3, 1, "SAME", True),    # the same with x86_requant's general rounding
+    ((1, 10, 7, 48), 3, 2, "SAME", True),    # 3 vectors a chunk, stride 2, odd width
+    ((2, 6, 5, 16), 3, 1, "VALID", False),   # batch 2, no padding
+    ((1, 12, 11, 32), 5, 2, "SAME", False),  # 5x5: two row groups, the second with one row
+    ((1, 7, 8, 24), 3, 1, "SAME", True),     # 24 channels: 3 ymm vectors, not whole zmm ones (dwconv.py there)
 ]
 
 
-def _layer(rng, kk, c):
+def _layer(rng, kk, c, *, zero_shift=True):
     w = rng.integers(-128, 128, (1, kk, kk, c)).astype(np.int8)
     w[0, 0, 0, :2] = (127, -128)  # extreme operands: 255 * 127 and 0 * -128 products
     bias = rng.integers(-5000, 5000, c).astype(np.int32)
     mult = rng.integers(1 << 30, (1 << 31) - 1, c).astype(np.int32)
-    shift = -rng.integers(0, 12, c)  # 0: no rounding shift
+    # a channel without a rounding shift (r = 0) takes x86_requant's general rounding, none its r >= 1 form
+    shift = -rng.integers(0 if zero_shift else 1, 12, c)
+    if zero_shift:
+        shift[1] = 0
     return w, bias, mult, shift
 
 
+def test_rounding_divide_for_shifts_of_at_least_one():
+    """x86_requant._rdbpot_r1's identity in numpy: (h - [h < 0]) >> (r - 1) = t, t - (t >> 1) is TFLite's
+    RoundingDivideByPOT for every r in 1..31 and int32 h > INT32_MIN (ties away from zero)."""
+    from edge_sdk.quant.int8 import rounding_divide_by_pot
+
+    rng = np.random.default_rng(3)
+    h = np.concatenate([rng.integers(-2**31 + 1, 2**31, 200_000), np.arange(-3000, 3000),
+                        [2**31 - 1, 2**31 - 2, -2**31 + 1, -2**31 + 2]]).astype(np.int32)
+    for r in range(1, 32):
+        t = (h + (h >> 31)) >> np.int32(r - 1)
+        np.testing.assert_array_equal((t - (t >> 1)).astype(np.int64), rounding_divide_by_pot(h, r), err_msg=f"r {r}")
+
+
 @pytest.mark.parametrize("path", sorted(PATHS))
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[0])) + f"-k{c[1]}s{c[2]}{c[3]}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[0])) + f"-k{c[1]}s{c[2]}{c[3]}"
+                         + ("-r0" if c[4] else ""))
 def test_depthwise_equals_numpy_reference(path, case):
     from edge_sdk.compiler.int8 import kernels
     from edge_sdk.quant import int8 as q8
@@ -43,11 +61,11 @@ def test_depthwise_equals_numpy_reference(path, case):
     mcpu, _, need = PATHS[path]
     if not need <= FLAGS:
         pytest.skip(f"this CPU lacks {sorted(need - FLAGS)} for the {path} path ({mcpu})")
-    xs, kk, s, padding = case
+    xs, kk, s, padding, zero_shift = case
     rng = np.random.default_rng(sum(xs) + kk)
     x = rng.integers(-128, 128, xs).astype(np.int8)
     x.reshape(-1)[:7] = (-128, 127, -128, 127, 0, -1, 1)
-    w, bias, mult, shift = _layer(rng, kk, xs[-1])
+    w, bias, mult, shift = _layer(rng, kk, xs[-1], zero_shift=zero_shift)
     win = q8.Window((s, s), (1, 1), padding)
     for zp, act in ((-128, (-128, 127)), (127, (-100, 90))):  # the offset u = Z + 128 at both ends; a clamp
         rq = q8.Requant(in_zp=zp, multiplier=mult, shift=shift, out_zp=-5, act=act)
@@ -122,3 +140,26 @@ def test_dense_equals_numpy_reference(path, case):
         lib["main"](*[tvm.runtime.tensor(a) for a in [x, *k.consts]], out)
         np.testing.assert_array_equal(out.numpy()[:, :co], ref, err_msg=f"in_zp {zp}")
         assert ref.size < 10 or len(np.unique(ref)) > 10
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("zero_shift", [False, True], ids=["r_ge_1", "r_0"])
+def test_conv_rounding_forms_equal_numpy_reference(path, zero_shift):
+    """The GEMM's epilogue in both of x86_requant's rounding forms (a channel with r = 0, or every r >= 1)."""
+    from edge_sdk.compiler.int8 import kernels
+    from edge_sdk.quant import int8 as q8
+
+    mcpu, _, need = PATHS[path]
+    if not need <= FLAGS:
+        pytest.skip(f"this CPU lacks {sorted(need - FLAGS)} for the {path} path ({mcpu})")
+    rng = np.random.default_rng(11)
+    x = rng.integers(-128, 128, (1, 6, 7, 40)).astype(np.int8)
+    w = rng.integers(-128, 128, (48, 1, 1, 40)).astype(np.int8)
+    _, bias, mult, shift = _layer(rng, 1, 48, zero_shift=zero_shift)
+    rq = q8.Requant(in_zp=-3, multiplier=mult, shift=shift, out_zp=6, act=(-128, 127))
+    ref = q8.conv2d(x, w, bias, rq, q8.Window())
+    k = kernels.conv2d(x.shape, w, bias, rq, q8.Window(), simd=_simd(path), name="k")
+    lib = tvm.compile(tvm.IRModule({"main": k.func.with_attr("global_symbol", "main")}), target=_target(mcpu))
+    out = tvm.runtime.tensor(np.zeros(k.out_shape, k.out_dtype))
+    lib["main"](*[tvm.runtime.tensor(a) for a in [x, *k.consts]], out)
+    np.testing.assert_array_equal(out.numpy()[..., :48].reshape(ref.shape), ref)
