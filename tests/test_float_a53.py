@@ -14,8 +14,9 @@ import pytest
 
 from edge_sdk.compiler.ops import conv1x1_gemm_a53 as a53
 from edge_sdk.compiler.ops import conv1x1_gemm_a53_12x8 as a53_12x8
+from edge_sdk.compiler.ops import conv1x1_gemm_a53_epilogue as a53_epi
 from edge_sdk.compiler.ops import conv2d as conv_ops
-from edge_sdk.compiler.ops.common import Epilogue, simd_of
+from edge_sdk.compiler.ops.common import Epilogue, round_up, simd_of
 from edge_sdk.targets import get_target
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -71,7 +72,9 @@ def test_a53_asm_tile_gemm_on_pi3_under_qemu(m, k, n, residual, asm):
     r = RNG.standard_normal((m, n)).astype("float32")
     wp = conv_ops.pack_gemm_weight(w, nr)
     npad = wp.shape[0] * nr
-    schedule = asm if isinstance(asm, str) else "default"  # a schedule name: LLVM's tile, asked for
+    # the accumulator-tile path by its order's name (the rule's "default" now takes the epilogue tiles where
+    # they apply: test_a53_12x8_and_epilogue_tiles_gemm_on_pi3_under_qemu)
+    schedule = asm if isinstance(asm, str) else conv_ops.gemm_order((m, k, round_up(n, nr), nr), simd)
     func = conv_ops.gemm(m, k, npad, simd, epi=Epilogue(("clip", 0.0, 6.0), residual), nr=nr, name="t_a53_asm",
                          schedule=schedule)
     assert _calls(func, a53.NAME) == (asm is True)  # the assembly tile is (or is not) what runs
@@ -85,14 +88,30 @@ def test_a53_asm_tile_gemm_on_pi3_under_qemu(m, k, n, residual, asm):
 
 # The A53 12x8 tile (conv1x1_gemm_a53_12x8), by schedule: K = 66 over two exact row tiles; a row tail (40 ->
 # 48) with a residual and K = 130; 49 rows padded to 60 over 5 panels; K = 512 over 64 panels in each loop
-# order (the row panel packed per tile, all of A first, blocks of panels).
-A53_12X8_CASES = [(24, 66, 64, False, "default"), (40, 130, 96, True, "rows_outer"), (49, 96, 40, False, "default"),
-                  (36, 512, 512, False, "panels_outer"), (60, 64, 256, False, "panel_blocks")]
+# order (the row panel packed per tile, all of A first, blocks of panels). Then both tiles with the epilogue
+# in the tile (conv1x1_gemm_a53_epilogue): bias, residual, clip / relu / none, rows past m not stored, each
+# loop order (panel pairs where the rule's block is one panel).
+_T12, _E12, _E8 = conv_ops.TILE_12X8, "+a53_12x8_epilogue", "+a53_8x8_epilogue"
+_CLIP = ("clip", 0.0, 6.0)
+A53_12X8_CASES = [(24, 66, 64, False, "default" + _T12, _CLIP), (40, 130, 96, True, "rows_outer" + _T12, _CLIP),
+                  (49, 96, 40, False, "default" + _T12, _CLIP), (36, 512, 512, False, "panels_outer" + _T12, _CLIP),
+                  (60, 64, 256, False, "panel_blocks" + _T12, _CLIP),
+                  (40, 130, 96, True, "rows_outer" + _E12, _CLIP), (49, 96, 40, False, "panels_outer" + _E12, ("relu",)),
+                  (44, 512, 64, True, "panel_blocks" + _E12, ("none",)), (61, 128, 48, True, "rows_outer" + _E8, _CLIP),
+                  (16, 66, 64, False, "panel_blocks" + _E8, ("relu",)),
+                  (40, 96, 24, False, "rows_outer" + _E12, ("none",))]  # K = 96, output rows 96 bytes apart
+
+
+def _kernel_of(schedule: str, act: tuple, residual: bool) -> str:
+    tile = a53 if "8x8" in schedule else a53_12x8
+    if "epilogue" in schedule:
+        return a53_epi.kernel_name(tile, a53_epi.clamp_of(act) is not None, residual)
+    return tile.NAME
 
 
 @pytest.mark.qemu
-@pytest.mark.parametrize("m,k,n,residual,order", A53_12X8_CASES)
-def test_a53_12x8_tile_gemm_on_pi3_under_qemu(m, k, n, residual, order):
+@pytest.mark.parametrize("m,k,n,residual,schedule,act", A53_12X8_CASES)
+def test_a53_12x8_and_epilogue_tiles_gemm_on_pi3_under_qemu(m, k, n, residual, schedule, act):
     simd = simd_of(get_target("pi3").tvm_target())
     nr = conv_ops.choose_nr(simd, m, n, k)
     a = RNG.standard_normal((m, k)).astype("float32")
@@ -101,15 +120,45 @@ def test_a53_12x8_tile_gemm_on_pi3_under_qemu(m, k, n, residual, order):
     r = RNG.standard_normal((m, n)).astype("float32")
     wp = conv_ops.pack_gemm_weight(w, nr)
     npad = wp.shape[0] * nr
-    func = conv_ops.gemm(m, k, npad, simd, epi=Epilogue(("clip", 0.0, 6.0), residual), nr=nr, name="t_a53_12x8",
-                         schedule=order + conv_ops.TILE_12X8)
-    assert _calls(func, a53_12x8.NAME) and not _calls(func, a53.NAME)  # not a substring of the other
+    func = conv_ops.gemm(m, k, npad, simd, epi=Epilogue(act, residual), nr=nr, name="t_a53_12x8", schedule=schedule)
+    kernel = _kernel_of(schedule, act, residual)
+    assert _calls(func, kernel + '"') and not _calls(func, (a53.NAME if kernel.startswith(a53_12x8.NAME) else a53_12x8.NAME))
     rp = np.zeros((m, npad), "float32")
     rp[:, :n] = r
     args = [a, wp, conv_ops.pad_bias(b, npad)] + ([rp] if residual else [])
     out = run_prim_pi3(func, args, (m, npad))[:, :n]
-    ref = np.clip(a.astype("float64") @ w + b + (r if residual else 0), 0, 6)
+    y = a.astype("float64") @ w + b + (r if residual else 0)
+    ref = np.clip(y, 0, 6) if act[0] == "clip" else np.maximum(y, 0) if act[0] == "relu" else y
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+
+
+def test_rule_takes_the_epilogue_tile_with_the_cheaper_padded_loop():
+    """The rule's schedule: 12x8 where its padded rows cost fewer modelled loop cycles (196 -> 204 rows), 8x8
+    where not (49 -> 56 vs 60), rows outer while the weights fit half the L2, else panel pairs (single panels
+    where the output is under a quarter of the weights); the old tile
+    (and its epilogue pass) where the tile cannot apply the activation, LLVM's tile below the tiles' K."""
+    simd = simd_of(get_target("pi3").tvm_target())
+    clip = Epilogue(_CLIP)
+    assert a53_epi.rule(196, 512, 512, 8, simd, clip) == "panel_blocks+a53_12x8_epilogue"
+    assert a53_epi.rule(3136, 128, 128, 8, simd, clip) == "rows_outer+a53_12x8_epilogue"
+    assert a53_epi.rule(49, 1024, 1024, 8, simd, clip) == "panels_outer+a53_8x8_epilogue"  # 4 x 49 < K
+    assert a53_epi.rule(196, 512, 512, 8, simd, Epilogue(("swish",))) is None
+    assert a53_epi.rule(196, 8, 512, 8, simd, clip) is None  # K < conv1x1_gemm_a53_epilogue.MIN_K
+    func = conv_ops.gemm(196, 512, 512, simd, epi=clip, nr=8)
+    assert _calls(func, a53_epi.kernel_name(a53_12x8, True, False) + '"')
+    assert _calls(conv_ops.gemm(196, 512, 512, simd, epi=Epilogue(("swish",)), nr=8), a53.NAME + '"')
+
+
+def test_a53_epilogue_tile_applies_to_bias_activations_it_clamps():
+    assert a53_epi.clamp_of(("clip", 0.0, 6.0)) == (0.0, 6.0) and a53_epi.clamp_of(("none",)) is None
+    assert a53_epi.applies(Epilogue(("relu",), True)) and not a53_epi.applies(Epilogue(("relu",), False, True))
+    assert not a53_epi.applies(Epilogue(("swish",))) and not a53_epi.applies(Epilogue(("prelu",)))
+    # a GEMM whose epilogue the tile cannot apply keeps the accumulator tile and its epilogue pass
+    func = conv_ops.gemm(196, 512, 512, simd_of(get_target("pi3").tvm_target()), epi=Epilogue(("swish",)), nr=8,
+                         schedule="default" + _E12)
+    assert not _calls(func, "_bias")
+    tail = a53_epi.tail_lines(a53_12x8, True, True)
+    assert sum(x.startswith("stp") for x in tail) == 12 and sum(x == "b.eq 3f" for x in tail) == 11
 
 
 def test_a53_12x8_tile_text_follows_ncnn_load_pattern():
@@ -136,6 +185,9 @@ def test_a53_12x8_tile_is_a_gemm_candidate_where_it_applies():
     assert "default+a53_12x8" not in candidates("float.gemm", base | {"m": 13, "k": 512})  # 13 -> 24: > 25 %
     assert "default+a53_12x8" not in candidates("float.gemm", base | {"m": 196, "k": 32})
     assert "default+a53_12x8" not in candidates("float.gemm", base | {"m": 196, "k": 512, "isa": "avx2"})
+    assert {"panel_blocks+a53_12x8_epilogue", "rows_outer+a53_8x8_epilogue"} <= set(
+        candidates("float.gemm", base | {"m": 196, "k": 512}))
+    assert "rows_outer+a53_8x8_epilogue" not in candidates("float.gemm", base | {"m": 196, "k": 512, "act": ["swish"]})
     with pytest.raises(ValueError, match="unknown GEMM tile"):
         conv_ops.gemm(196, 512, 512, simd_of(get_target("pi3").tvm_target()), nr=8, schedule="default+a53_16x8")
 

@@ -60,22 +60,33 @@ def _step(s_use: int, s_load: int | None, off: int, pending: list, tail=()) -> t
     return out, pending
 
 
-def kernel_lines(odd: bool = False) -> list[str]:
-    """The asm: $0 A, $1 W, $2 K (even, >= 2; all three advanced), $3 C, $4 C's row stride in bytes.
-    `odd`: one more step after the K even ones (a K + 1 reduction; its operands by plain `ldp q`)."""
+def acc(p: int, h: int) -> int:
+    """The accumulator of pixel p, channels 4h..4h+3 (the epilogue's view, conv1x1_gemm_a53_epilogue)."""
+    return _acc(p, h)
+
+
+def c_lines(op: str) -> list[str]:
+    """The accumulators from (op "ldp") or to (op "stp") the C tile at $3, rows $4 bytes apart."""
     lines = ["mov x13, $3"]
-    for r in range(8):
-        lines += [f"ldp q{_acc(r, 0)}, q{_acc(r, 1)}, [x13]", "add x13, x13, $4"]
+    for r in range(MR):
+        lines += [f"{op} q{_acc(r, 0)}, q{_acc(r, 1)}, [x13]"] + (["add x13, x13, $4"] if r < MR - 1 else [])
+    return lines
+
+
+def kernel_lines(odd: bool = False, head: list[str] | None = None, tail: list[str] | None = None) -> list[str]:
+    """The asm: $0 A, $1 W, $2 K (even, >= 2; all three advanced), $3 C, $4 C's row stride in bytes.
+    `odd`: one more step after the K even ones (a K + 1 reduction; its operands by plain `ldp q`).
+    `head` / `tail`: what sets the accumulators before the loop and takes them after it (default: load
+    and store the C tile; conv1x1_gemm_a53_epilogue: bias in, epilogue out; they may use v4-v15)."""
+    lines = list(c_lines("ldp") if head is None else head)
     lines += ["ldp q0, q1, [$0]", "ldp q2, q3, [$1]", "subs $2, $2, #2", "b.eq 2f", "1:"]
     a, pend = _step(0, 1, 32, [])
     b, pend = _step(1, 0, 64, pend, tail=("add $0, $0, #64", "add $1, $1, #64", "subs $2, $2, #2"))
     lines += a + b + pend + ["b.ne 1b", "2:"]
     a, pend = _step(0, 1, 32, [])
     b, _ = _step(1, None, 0, pend)
-    lines += a + b + (["ldp q0, q1, [$0, #64]", "ldp q2, q3, [$1, #64]"] + _fmlas(0) if odd else []) + ["mov x13, $3"]
-    for r in range(8):
-        lines += [f"stp q{_acc(r, 0)}, q{_acc(r, 1)}, [x13]", "add x13, x13, $4"]
-    return lines
+    lines += a + b + (["ldp q0, q1, [$0, #64]", "ldp q2, q3, [$1, #64]"] + _fmlas(0) if odd else [])
+    return lines + (c_lines("stp") if tail is None else tail)
 
 
 def llvm_ir(odd: bool = False) -> str:
@@ -86,7 +97,7 @@ def llvm_ir(odd: bool = False) -> str:
                         + ["~{memory}", "~{cc}"])
     return (f"define i32 @{NAME_ODD if odd else NAME}(ptr %c, ptr %a, ptr %w, i32 %k, i32 %ldc) {{\nentry:\n"
             "  %kk = sext i32 %k to i64\n  %ldc4 = mul i32 %ldc, 4\n  %s = sext i32 %ldc4 to i64\n"
-            f"  %r = call {{ ptr, ptr, i64 }} asm sideeffect \"{text}\", \"=r,=r,=r,r,r,0,1,2,{clobbers}\""
+            f"  %r = call {{ ptr, ptr, i64 }} asm sideeffect \"{text}\", \"=&r,=&r,=&r,r,r,0,1,2,{clobbers}\""
             "(ptr %c, i64 %s, ptr %a, ptr %w, i64 %kk)\n  ret i32 0\n}\n")
 
 
@@ -101,10 +112,10 @@ MIN_K = 64
 ROWS = (MR, 12)
 
 
-def applies(simd, m: int, k: int, mr: int, nr: int, gate: bool) -> bool:
-    """Whether a GEMM takes an assembly tile of mr rows (ROWS): NEON, 8 channels, an even K >= MIN_K, no
+def applies(simd, m: int, k: int, mr: int, nr: int, gate: bool, *, min_k: int = MIN_K) -> bool:
+    """Whether a GEMM takes an assembly tile of mr rows (ROWS): NEON, 8 channels, an even K >= min_k, no
     gate stage, and rows padded to mr by at most a quarter (49 -> 56 rows yes, 9 -> 16 no)."""
-    return (simd.isa == "neon" and mr in ROWS and nr == NR and k >= MIN_K and k % 2 == 0 and not gate
+    return (simd.isa == "neon" and mr in ROWS and nr == NR and k >= min_k and k % 2 == 0 and not gate
             and -(-m // mr) * mr * 4 <= 5 * m)
 
 

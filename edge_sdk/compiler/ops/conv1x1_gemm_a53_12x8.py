@@ -76,13 +76,26 @@ def _loads(a_base: int, w_base: int, ws_next: tuple[int, int], last: bool) -> li
     return out
 
 
-def kernel_lines() -> list[str]:
-    """The asm: $0 A (12 floats a step), $1 W (8 a step), $2 K (even, >= 2; all three advanced), $3 C, $4 C's
-    row stride in bytes. The loop's last `ins` (pixels 4-7 of the next step) goes beside the next
-    iteration's first `ldr d`, so the prologue loads that vector the same way (its `ins` left pending)."""
+def acc(p: int, h: int) -> int:
+    """The accumulator of pixel p, channels 4h..4h+3 (the epilogue's view, conv1x1_gemm_a53_epilogue)."""
+    return _acc(p, h)
+
+
+def c_lines(op: str) -> list[str]:
+    """The accumulators from (op "ldp") or to (op "stp") the C tile at $3, rows $4 bytes apart."""
     lines = ["mov x13, $3"]
     for p in range(MR):
-        lines += [f"ldp q{_acc(p, 0)}, q{_acc(p, 1)}, [x13]", "add x13, x13, $4"]
+        lines += [f"{op} q{_acc(p, 0)}, q{_acc(p, 1)}, [x13]"] + (["add x13, x13, $4"] if p < MR - 1 else [])
+    return lines
+
+
+def kernel_lines(head: list[str] | None = None, tail: list[str] | None = None) -> list[str]:
+    """The asm: $0 A (12 floats a step), $1 W (8 a step), $2 K (even, >= 2; all three advanced), $3 C, $4 C's
+    row stride in bytes. The loop's last `ins` (pixels 4-7 of the next step) goes beside the next
+    iteration's first `ldr d`, so the prologue loads that vector the same way (its `ins` left pending).
+    `head` / `tail`: what sets the accumulators before the loop and takes them after it (default: load
+    and store the C tile; conv1x1_gemm_a53_epilogue: bias in, epilogue out; they may use v0-v7)."""
+    lines = list(c_lines("ldp") if head is None else head)
     carried = [f"ins v{_A[1]}.d[1], {_GPR[0]}"]  # the last load of a step (5 loads: x9, x10, x9, x10, x9)
     lines += [f"ldr q{_A[0]}, [$0]", f"ldr d{_A[1]}, [$0, #16]", f"ldr {_GPR[0]}, [$0, #24]",
               f"ldp q{_W[0][0]}, q{_W[0][1]}, [$1]", "subs $2, $2, #2", "b.eq 2f", "1:"]
@@ -94,10 +107,8 @@ def kernel_lines() -> list[str]:
     a, pend = _step(_W[0], _loads(0, 0, _W[1], False), carried)
     b, pend = _step(_W[1], _loads(48, 32, _W[0], True), pend)
     # the last step's one load (v2, read from its fmla 16 on): its ins after the step's fmla 3
-    lines += a + b[:7] + pend + b[7:] + ["mov x13, $3"]
-    for p in range(MR):
-        lines += [f"stp q{_acc(p, 0)}, q{_acc(p, 1)}, [x13]", "add x13, x13, $4"]
-    return lines
+    lines += a + b[:7] + pend + b[7:]
+    return lines + (c_lines("stp") if tail is None else tail)
 
 
 def llvm_ir() -> str:
@@ -107,5 +118,5 @@ def llvm_ir() -> str:
                         + ["~{memory}", "~{cc}"])
     return (f"define i32 @{NAME}(ptr %c, ptr %a, ptr %w, i32 %k, i32 %ldc) {{\nentry:\n"
             "  %kk = sext i32 %k to i64\n  %ldc4 = mul i32 %ldc, 4\n  %s = sext i32 %ldc4 to i64\n"
-            f"  %r = call {{ ptr, ptr, i64 }} asm sideeffect \"{text}\", \"=r,=r,=r,r,r,0,1,2,{clobbers}\""
+            f"  %r = call {{ ptr, ptr, i64 }} asm sideeffect \"{text}\", \"=&r,=&r,=&r,r,r,0,1,2,{clobbers}\""
             "(ptr %c, i64 %s, ptr %a, ptr %w, i64 %kk)\n  ret i32 0\n}\n")

@@ -21,6 +21,7 @@ from tvm import s_tir, te
 from edge_sdk.compiler.choice import register_candidates
 from edge_sdk.compiler.ops import conv1x1_gemm_a53 as a53
 from edge_sdk.compiler.ops import conv1x1_gemm_a53_12x8 as a53_12x8
+from edge_sdk.compiler.ops import conv1x1_gemm_a53_epilogue as a53_epi
 from edge_sdk.compiler.ops import conv_im2col_a53 as im2col
 from edge_sdk.compiler.ops.common import ACC_SCOPE, NO_EPILOGUE, Epilogue, Simd, apply_epilogue, finish, pad_nhwc, pick_tile, round_up, tile_inner, vector_width
 
@@ -96,6 +97,10 @@ LLVM_TILE = "+llvm_tile"
 # A schedule suffix: the A53 assembly 12x8 tile (conv1x1_gemm_a53_12x8) instead of the 8x8 one, rows
 # rounded up to 12: a candidate priced per layer (fewer cycles a multiply-add, more padded rows).
 TILE_12X8 = "+a53_12x8"
+# Schedule suffixes: an A53 assembly tile with the epilogue in its store (conv1x1_gemm_a53_epilogue): no
+# accumulator tile in memory, no separate epilogue pass. The rule's "default" takes them where they apply
+# (conv1x1_gemm_a53_epilogue.rule).
+EPILOGUE_TILES = a53_epi.TILES
 
 
 @register_candidates("float.gemm")
@@ -117,6 +122,19 @@ def _a53_12x8_tile(workload: dict) -> list[str]:
                                                       workload["gate"]):
         return []
     return [order + TILE_12X8 for order in ("default",) + GEMM_ORDERS]
+
+
+@register_candidates("float.gemm")
+def _a53_epilogue_tiles(workload: dict) -> list[str]:
+    """Each assembly tile with the epilogue in its store, in each loop order, where tile and epilogue apply."""
+    simd = Simd(workload["isa"], 4, 32)
+    epi = Epilogue(tuple(workload["act"]), workload["residual"], workload["gate"])
+    if workload["isa"] != "neon" or not a53_epi.applies(epi):
+        return []
+    return [f"{order}+{tile}" for tile, mod in EPILOGUE_TILES.items()
+            if a53.applies(simd, workload["m"], workload["k"], mod.MR, workload["nr"], workload["gate"],
+                           min_k=a53_epi.MIN_K)
+            for order in ("default",) + GEMM_ORDERS]
 
 
 def gemm_order(dims, simd: Simd) -> str:
@@ -237,10 +255,20 @@ def gemm(m: int, k: int, npad: int, simd: Simd, *, epi: Epilogue = NO_EPILOGUE, 
     TILE_12X8 ("rows_outer+a53_12x8") takes the A53 assembly 12x8 tile where it applies (else LLVM's)."""
     act, residual = epi.act, epi.residual
     nr = nr or choose_nr(simd, m, npad)
+    if schedule == "default":
+        schedule = a53_epi.rule(m, k, npad, nr, simd, epi) or schedule
     order, _, tile = schedule.partition("+")
     order = gemm_order((m, k, npad, nr), simd) if order == "default" else order
-    if tile and tile not in (LLVM_TILE[1:], TILE_12X8[1:]):
+    if tile and tile not in (LLVM_TILE[1:], TILE_12X8[1:], *EPILOGUE_TILES):
         raise ValueError(f"{name}: unknown GEMM tile {tile!r} in schedule {schedule!r}")
+    if (tile in EPILOGUE_TILES and a53_epi.applies(epi)
+            and a53.applies(simd, m, k, EPILOGUE_TILES[tile].MR, nr, epi.gate, min_k=a53_epi.MIN_K)):
+        # blocks of at least 2 panels: both halves of an output row's 64-byte line stored back to back (one
+        # write miss per line, not two: the timing model counts each as a fill and a write-back)
+        nb = max(2, _panel_block((m, k, npad, nr), simd))
+        if order == "panel_blocks" and (npad // nr) % nb:
+            order, nb = "panels_outer", 1
+        return a53_epi.gemm_a53_epilogue(m, k, npad, epi=epi, order=order, tile=EPILOGUE_TILES[tile], nb=nb, name=name)
     tile12 = tile == TILE_12X8[1:] and _asm_tile(simd, (m, k, npad, nr), epi.gate, order, a53_12x8.MR)
     asm = tile12 or (not tile and _asm_tile(simd, (m, k, npad, nr), epi.gate, order))
     mr = a53_12x8.MR if tile12 else a53.MR if asm else pick_tile(m, simd.mr_max)
