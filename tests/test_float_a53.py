@@ -141,7 +141,8 @@ def test_rule_takes_the_epilogue_tile_with_the_cheaper_padded_loop():
     clip = Epilogue(_CLIP)
     assert a53_epi.rule(196, 512, 512, 8, simd, clip) == "panel_blocks+a53_12x8_epilogue"
     assert a53_epi.rule(3136, 128, 128, 8, simd, clip) == "rows_outer+a53_12x8_epilogue"
-    assert a53_epi.rule(49, 1024, 1024, 8, simd, clip) == "panels_outer+a53_8x8_epilogue"  # 4 x 49 < K
+    assert a53_epi.rule(49, 512, 1024, 8, simd, clip) == "panels_outer+a53_8x8_epilogue"  # 4 x 49 < K
+    assert a53_epi.rule(49, 1024, 1024, 8, simd, clip) is None  # few rows, long K: the accumulator tile
     assert a53_epi.rule(196, 512, 512, 8, simd, Epilogue(("swish",))) is None
     assert a53_epi.rule(196, 8, 512, 8, simd, clip) is None  # K < conv1x1_gemm_a53_epilogue.MIN_K
     func = conv_ops.gemm(196, 512, 512, simd, epi=clip, nr=8)

@@ -67,6 +67,12 @@ _L2_BUDGET = {"neon": 256 << 10}
 _LOOP_COST = {a53.MR: 41 / 32, a53_12x8.MR: 58 / 48}
 
 
+# Where the accumulator tile stays the rule: few rows and a long K (measured alone, modelled pi3: 49 rows,
+# K 576 / 960 / 1024 priced 1-2 % above it, e.g. 49 x 1024 -> 1024 20.51 vs 20.20 M cycles; K 320 / 512
+# below it). A rule of thumb until the choice records are re-made with these candidates.
+_FEW_ROWS, _LONG_K = 96, 512
+
+
 def rule(m: int, k: int, npad: int, nr: int, simd: Simd, epi: Epilogue) -> str | None:
     """The rule's schedule on the epilogue tiles (this module), or None where they do not apply:
     the tile with the fewest modelled loop cycles for the padded rows (196 rows: 12x8, 204 x 58/48 < 200 x
@@ -79,6 +85,8 @@ def rule(m: int, k: int, npad: int, nr: int, simd: Simd, epi: Epilogue) -> str |
         return None
     fits = [mr for mr in _LOOP_COST if a53.applies(simd, m, k, mr, nr, epi.gate, min_k=MIN_K)]
     if not fits:
+        return None
+    if m < _FEW_ROWS and k > _LONG_K:
         return None
     mr = min(fits, key=lambda r: (round_up(m, r) * _LOOP_COST[r], r))
     tile = next(name for name, mod in TILES.items() if mr == mod.MR)
