@@ -314,8 +314,14 @@ class _Emitter:
             codes = self.bb.emit_te(io.unpack_compute, p, channels=c, primfunc_name_hint="bitserial_unpack")
             if output == "codes":
                 return codes
-        feat = self.bb.emit_te(io.unpack_mean_compute, p, channels=c, step=net.step,
-                               primfunc_name_hint="bitserial_avgpool")
+        pshape = [int(d) for d in p.ty.shape]
+        if pshape[3] * ops.WORD_BITS[self.word] == c:
+            gv = self._kernel(("avgpool", str(pshape)), lambda: io.unpack_mean_prim_func(
+                pshape, word=self.word, channels=c, step=net.step), "bitserial_avgpool")
+            feat = self.bb.emit(self.relax.call_tir(gv, [p], self.relax.TensorType((pshape[0], c), "float32")))
+        else:
+            feat = self.bb.emit_te(io.unpack_mean_compute, p, channels=c, step=net.step,
+                                   primfunc_name_hint="bitserial_avgpool")
         y = self.bb.emit(op.matmul(feat, self.const(net.fc_weight)), name_hint="fc")
         y = self.bb.emit(op.add(y, self.const(net.fc_bias)), name_hint="fc_bias")
         scores = self.bb.emit(op.nn.softmax(y, axis=-1), name_hint="softmax")
