@@ -248,7 +248,7 @@ def test_shipped_records_are_valid():
 def test_a_price_is_keyed_by_the_library_bytes(tmp_path):
     """The same bytes at another path share a key; one byte more does not; an unreadable cache file is a miss."""
     from edge_sdk.targets import get_target
-    from edge_sdk.tune.modelled_runner import PriceCache, price_key
+    from edge_sdk.tune.modelled_runner import Price, PriceCache, price_key
 
     target, runner = get_target("pi3"), tmp_path / "bundle-x" / "bin" / "edge-runner"
     one, same, other = tmp_path / "a.so", tmp_path / "b.so", tmp_path / "c.so"
@@ -262,7 +262,9 @@ def test_a_price_is_keyed_by_the_library_bytes(tmp_path):
     assert price_key(str(one), [[[128], "float32"], [[128], "float32"]], target, runner) != k
     cache = PriceCache(tmp_path / "prices")
     assert cache.get(k) is None
-    cache.put(k, 1.5e-3, cycles=1.8e6)
-    assert cache.get(k) == 1.5e-3
+    cache.put(k, Price(1.8e6, 9.5e6))
+    assert cache.get(k) == Price(1.8e6, 9.5e6)
+    cache.put(k + "e", Price(1.0e6, 5.0e6, estimated=True))  # a first-run estimate is never kept
+    assert not (tmp_path / "prices" / f"{k}e.json").exists()
     (tmp_path / "prices" / f"{k}.json").write_text("{not json")
     assert cache.get(k) is None and (cache.hits, cache.misses) == (1, 2)
