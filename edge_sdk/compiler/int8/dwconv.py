@@ -4,8 +4,9 @@ schedule (ops/depthwise.py) on integers.
 Few operations per byte, so it is about streaming: channels innermost and vectorized (two int32
 vectors), a short run of output pixels unrolled so each weight vector stays in a register, the taps
 unrolled, the zero-point padding inlined as a guarded load (no padded copy), rows in parallel.
-The product int32(int8 x) * int32(int8 w) has >= 17 sign bits in each factor, so x86 LLVM emits
-vpmaddwd for it and aarch64 smull/smlal; the epilogue is gemm's: bias in its own block (keeps it int32),
+The product int32(int8 x) * int32(int8 w): aarch64 LLVM emits smull/smlal for it; x86 LLVM (znver3,
+icelake-server objdumps) vpmovsxbd + vpmulld + vpaddd per tap, 32-bit products (an x86 target with VNNI
+takes dwconv_u8s8_vpdpbusd_x86 instead). The epilogue is gemm's: bias in its own block (keeps it int32),
 fixedpoint.mbqm32 (on NEON mbqm32_neon: sqrdmulh/srshl), zero point, clamp, int8.
 """
 from __future__ import annotations
