@@ -21,6 +21,7 @@ Activations: none, relu, clip(lo, hi) (relu6). Gated GEMMs keep conv2d.gemm. `ru
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 import tvm
 from tvm.script import tirx as T
@@ -167,15 +168,36 @@ def gemm_a53_epilogue(m: int, k: int, npad: int, *, epi: Epilogue, order: str, t
     kname = kernel_name(tile, clamp, epi.residual)
     ir = llvm_ir(tile, clamp, epi.residual)
     res = epi.residual
+    shape, call = _Shape(m, k, npad, mr, nt, npn), _Call(kname, ir, lo, hi)
     if order == "rows_outer":
-        func = _rows_outer(m, k, npad, mr, nt, npn, kname, ir, lo, hi, res)
+        func = _rows_outer(shape, call, res)
     else:
-        func = _packed_first(m, k, npad, mr, nt, npn, kname, ir, lo, hi, res, nb if order == "panel_blocks" else 1)
+        func = _packed_first(shape, call, res, nb if order == "panel_blocks" else 1)
     return mark_scheduled(func, name)
 
 
-def _rows_outer(m, k, npad, mr, nt, npn, kname, ir, lo, hi, res):
+class _Shape(NamedTuple):
+    """The GEMM's sizes: m rows, k depth, npad padded columns; mr rows a tile, nt row tiles, npn weight panels."""
+    m: int
+    k: int
+    npad: int
+    mr: int
+    nt: int
+    npn: int
+
+
+class _Call(NamedTuple):
+    """The assembly tile to call: its name, its LLVM IR, and the clamp's bounds as float bits."""
+    kname: str
+    ir: str
+    lo: int
+    hi: int
+
+
+def _rows_outer(shape: _Shape, call: _Call, res):
     """Each row tile: its panel packed (in L1), then every weight panel."""
+    m, k, npad, mr, nt, npn = shape
+    kname, ir, lo, hi = call
     nr = a53.NR
 
     if res:
@@ -208,8 +230,10 @@ def _rows_outer(m, k, npad, mr, nt, npn, kname, ir, lo, hi, res):
     return g
 
 
-def _packed_first(m, k, npad, mr, nt, npn, kname, ir, lo, hi, res, nb):
+def _packed_first(shape: _Shape, call: _Call, res, nb: int):
     """All of A packed first (in parallel), then blocks of nb weight panels outer, row tiles, the block's panels."""
+    m, k, npad, mr, nt, npn = shape
+    kname, ir, lo, hi = call
     nr = a53.NR
     nbo = npn // nb
 
