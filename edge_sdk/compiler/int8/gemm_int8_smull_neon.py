@@ -126,15 +126,9 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, pa
     default for the layers winograd_int8_f23.is_default names).
 
     Returns (func, packed int8 weight, npad). Arguments: x, W, bias, mult, rshift (int32, (npad,))."""
-    from edge_sdk.compiler.int8 import winograd_int8_f23 as f23, winograd_int8_f23_blocked as f23b
-
-    if schedule == "default" and f23.is_default(x_shape, w_hwio.shape, geom):
-        schedule = f23b.default_schedule(x_shape, w_hwio.shape, geom)
-    if schedule == f23.SCHEDULE:
-        return f23.conv_f23(x_shape, w_hwio, rq, geom=geom, name=name)
-    if f23b.parse_group(schedule):
-        return f23b.conv_f23_blocked(x_shape, w_hwio, rq, geom=geom, name=name, group=f23b.parse_group(schedule),
-                                     asm=f23b.parse_asm(schedule), vt=f23b.parse_vt(schedule))
+    wino = _winograd_conv(x_shape, w_hwio, rq, geom, name, schedule)
+    if wino is not None:
+        return wino
     kh, kw, ci, co = w_hwio.shape
     m = x_shape[0] * geom.out_hw[0] * geom.out_hw[1]
     npad, mp = round_up(co, NR), round_up(m, MR)
@@ -179,6 +173,21 @@ def conv_gemm8(x_shape, w_hwio: np.ndarray, rq, *, geom: ConvGeom, name: str, pa
     _schedule(sch, m=m, npad=npad, plain_copy=plain, red_b=nb, weights_outer=wo, notmp=step == "notmp",
               asm=asm, half_tail=half_tail, strip=strip, rq_consts=(rq.out_zp, lo, hi))
     return finish(sch, name), wp, npad
+
+
+def _winograd_conv(x_shape, w_hwio: np.ndarray, rq, geom: ConvGeom, name: str, schedule: str):
+    """conv_gemm8's Winograd F(2x2, 3x3) forms (schedule winograd_int8_f23.SCHEDULE, a blocked group, or "default"
+    on the layers winograd_int8_f23.is_default names), or None for the GEMM."""
+    from edge_sdk.compiler.int8 import winograd_int8_f23 as f23, winograd_int8_f23_blocked as f23b
+
+    if schedule == "default" and f23.is_default(x_shape, w_hwio.shape, geom):
+        schedule = f23b.default_schedule(x_shape, w_hwio.shape, geom)
+    if schedule == f23.SCHEDULE:
+        return f23.conv_f23(x_shape, w_hwio, rq, geom=geom, name=name)
+    if f23b.parse_group(schedule):
+        return f23b.conv_f23_blocked(x_shape, w_hwio, rq, geom=geom, name=name, group=f23b.parse_group(schedule),
+                                     asm=f23b.parse_asm(schedule), vt=f23b.parse_vt(schedule))
+    return None
 
 
 def _acc_lanes(a8, wt, nb: int, mp: int, npad: int):
