@@ -281,7 +281,7 @@ def record(lines: Path, *, device: str, kind: str, packages, deploy_report, opts
     Pi figures, and the row's `ms` (what speedups use) is the modelled one."""
     from edge_sdk.runtime.result import latency_stats
     from edge_sdk.package import read_manifest
-    from edge_sdk.results.store import ResultsStore
+    from edge_sdk.results.store import ResultsStore, device_facts
 
     by_variant: dict[str, list[dict]] = {}
     for line in lines.read_text().splitlines():
@@ -310,6 +310,8 @@ def record(lines: Path, *, device: str, kind: str, packages, deploy_report, opts
                      "top1_agreement_with_float": (sum(agree) / len(agree)) if agree else None}
             if fig and fig.get("per_layer_modelled_ms"):  # the model's ms per layer (timing/per_layer.py)
                 extra["per_layer_modelled_ms"] = fig["per_layer_modelled_ms"]
+            if not emulated:  # the demo's measured devices are loopback stand-ins: the app ran on this machine
+                extra |= device_facts() | {"mcpu": (manifest["target"].get("llvm") or {}).get("mcpu")}
             run_id = store.record_run(run_json, manifest, device=device, extra=extra)
             rows.append({"device": device, "how": kind, "target": run_json["target"], "variant": run_json["variant"],
                          "frames": len(got), "median_ms": round(run_json["latency_ms"]["median"], 2),

@@ -52,6 +52,12 @@ def test_reduced_demo_end_to_end(reduced_demo):
                            "WHERE r.source = 'classify' ORDER BY r.id").fetchall()
         evals = con.execute("SELECT r.variant, m.accuracy FROM runs r JOIN measurements m ON m.run_id = r.id "
                             "WHERE r.source = 'eval' ORDER BY r.id").fetchall()
+        cpus = con.execute("SELECT target, cpu_model, extra FROM runs WHERE source = 'classify'").fetchall()
+    # a measured (host) row names the CPU it ran on and the -mcpu its package was built for (issue 24)
+    from edge_sdk.results.store import device_facts
+
+    host = [(cpu, json.loads(extra or "{}").get("mcpu")) for t, cpu, extra in cpus if t == "host"]
+    assert host and all(cpu == device_facts()["cpu_model"] and mcpu for cpu, mcpu in host), host
     assert evals == [(r["variant"], pytest.approx(r["top1"])) for r in acc]
     assert {(d, t, v) for d, t, v, *_ in runs} == got and len(runs) == len(rows)
     for d, t, v, emulated, source, repeats, median, golden in runs:
