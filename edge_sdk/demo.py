@@ -289,6 +289,7 @@ def record(lines: Path, *, device: str, kind: str, packages, deploy_report, opts
         by_variant.setdefault(row["variant"], []).append(row)
     golden = {p.sha256: p.golden or {} for p in deploy_report.packages}
     rows = []
+    here = {} if emulated else device_facts()  # the demo's measured devices are loopback stand-ins: this machine
     with ResultsStore(opts.db) as store:
         for pkg in packages:
             manifest = read_manifest(pkg.path)
@@ -310,8 +311,8 @@ def record(lines: Path, *, device: str, kind: str, packages, deploy_report, opts
                      "top1_agreement_with_float": (sum(agree) / len(agree)) if agree else None}
             if fig and fig.get("per_layer_modelled_ms"):  # the model's ms per layer (timing/per_layer.py)
                 extra["per_layer_modelled_ms"] = fig["per_layer_modelled_ms"]
-            if not emulated:  # the demo's measured devices are loopback stand-ins: the app ran on this machine
-                extra |= device_facts() | {"mcpu": (manifest["target"].get("llvm") or {}).get("mcpu")}
+            if not emulated:
+                extra |= here | {"mcpu": (manifest["target"].get("llvm") or {}).get("mcpu")}
             run_id = store.record_run(run_json, manifest, device=device, extra=extra)
             rows.append({"device": device, "how": kind, "target": run_json["target"], "variant": run_json["variant"],
                          "frames": len(got), "median_ms": round(run_json["latency_ms"]["median"], 2),
